@@ -1,0 +1,226 @@
+"""The ``inferplan`` command: parse flags (vLLM's names), call the library, print.
+
+Every user error surfaces as one line on stderr (``error: ...``) and a non-zero exit; a model
+that does not fit exits 1, bad input exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from inferplan.errors import DoesNotFitError, InferplanError
+from inferplan.memory.advice import does_not_fit_message
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
+from inferplan.report.console import console
+from inferplan.report.memory import memory_json, memory_tables
+from inferplan.specs.catalog import load_model
+from inferplan.specs.engines import ENGINES, engine_defaults
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    no_args_is_help=True,
+)
+@click.version_option(package_name="inferplan")
+def app() -> None:
+    """Capacity planner and serving simulator for LLM inference."""
+
+
+def deployment_options(func: Any) -> Any:
+    """Model, GPU, parallelism and memory flags, with vLLM's names (shared by commands)."""
+    options = [
+        click.option(
+            "--model", required=True, help="Bundled model (HF id or short name) or config.json path"
+        ),
+        click.option("--gpu", required=True, help="Catalog GPU (h100, h200, ...) or YAML file"),
+        click.option("--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True),
+        click.option(
+            "--pipeline-parallel-size", "-pp", "pp", type=int, default=1, show_default=True
+        ),
+        click.option(
+            "--enable-expert-parallel", is_flag=True, help="Spread whole experts over the ranks"
+        ),
+        click.option(
+            "--quantization",
+            "-q",
+            default=None,
+            help="Weights: bf16|fp16|fp8|int8|int4|nvfp4|mxfp4 (default: checkpoint's)",
+        ),
+        click.option(
+            "--kv-cache-dtype",
+            default="auto",
+            show_default=True,
+            help="auto|bf16|fp16|fp8|fp8_e4m3|fp8_e5m2|int8|int4",
+        ),
+        click.option(
+            "--max-model-len",
+            type=int,
+            default=None,
+            help="Max context length (default: the model's)",
+        ),
+        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option(
+            "--max-num-batched-tokens",
+            type=int,
+            default=None,
+            help="Token budget per step (default: the engine's)",
+        ),
+        click.option(
+            "--max-num-seqs",
+            type=int,
+            default=None,
+            help="Max running sequences (default: the engine's)",
+        ),
+        click.option("--block-size", type=int, default=None, help="KV block size in tokens"),
+        click.option(
+            "--engine",
+            type=click.Choice(ENGINES),
+            default="vllm",
+            show_default=True,
+            help="Whose defaults and scheduling to emulate",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+json_option = click.option(
+    "--json", "json_out", is_flag=True, help="Machine-readable output on stdout"
+)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def build_memory_plan(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    ep: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    block_size: int | None,
+    engine: str = "vllm",
+) -> MemoryPlan:
+    """Resolve flags (engine defaults where unset) into a memory plan."""
+    spec = load_model(model)
+    device = load_gpu(gpu)
+    defaults = engine_defaults(engine, device)
+    cfg = MemoryConfig(
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
+        max_num_seqs=max_num_seqs or defaults.max_num_seqs,
+        block_size=block_size or defaults.block_size,
+    )
+    if max_num_batched_tokens is not None and max_num_batched_tokens < 1:
+        raise InferplanError(
+            f"--max-num-batched-tokens: must be >= 1, got {max_num_batched_tokens}"
+        )
+    return plan_memory(spec, device, Parallelism(tp=tp, pp=pp, enable_expert_parallel=ep), cfg)
+
+
+@app.command()
+@deployment_options
+@json_option
+def memory(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    enable_expert_parallel: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    block_size: int | None,
+    engine: str,
+    json_out: bool,
+) -> None:
+    """Per-device memory plan: weights, activations, KV cache, and max concurrency."""
+    plan = build_memory_plan(
+        model,
+        gpu,
+        tp,
+        pp,
+        enable_expert_parallel,
+        quantization,
+        kv_cache_dtype,
+        max_model_len,
+        gpu_memory_utilization,
+        max_num_batched_tokens,
+        max_num_seqs,
+        block_size,
+        engine,
+    )
+    if json_out:
+        _print_json(memory_json(plan))
+    else:
+        console().print(memory_tables(plan))
+    if not plan.fits:
+        raise DoesNotFitError(does_not_fit_message(plan))
+
+
+@app.command()
+@json_option
+def models(json_out: bool) -> None:
+    """List the bundled models with total and active parameters."""
+    if json_out:
+        _print_json(models_json())
+    else:
+        console().print(models_table())
+
+
+@app.command()
+@json_option
+def gpus(json_out: bool) -> None:
+    """List the bundled accelerators (published figures, sources in the catalog file)."""
+    if json_out:
+        _print_json(gpus_json())
+    else:
+        console().print(gpus_table())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turn every user error into one line and an exit status."""
+    try:
+        result = app.main(args=argv, standalone_mode=False, prog_name="inferplan")
+    except InferplanError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return err.exit_code
+    except click.exceptions.NoArgsIsHelpError as err:
+        sys.stdout.write(err.ctx.get_help() + "\n")
+        return 0
+    except click.UsageError as err:
+        sys.stderr.write(f"error: {err.format_message()}\n")
+        return 2
+    except click.exceptions.Abort:
+        sys.stderr.write("error: aborted\n")
+        return 130
+    except click.exceptions.Exit as err:
+        return int(err.exit_code)
+    except BrokenPipeError:
+        return 0
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

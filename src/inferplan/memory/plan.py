@@ -1,0 +1,260 @@
+"""The memory plan (capability 2): what each device holds, and the KV capacity that is left.
+
+Budget per device, as vLLM v1 sizes it (``v1/worker/gpu_worker.py`` ``determine_available_memory``):
+``KV = total * gpu_memory_utilization - weights - activation peak - non-torch memory``; CUDA
+graphs are captured afterwards, in the ``1 - utilization`` headroom. Blocks:
+``num_blocks = floor(KV / (block_size * KV bytes per token on this device))``; with pipeline
+parallelism the replica has the smallest stage's block count.
+
+Two estimates stand in for what vLLM measures at start-up (see ``docs/modeling.md``):
+- activation peak of the profiling forward over ``max_num_batched_tokens`` tokens: the residual
+  stream and hidden state plus the widest intermediate (QKV, SwiGLU gate/up, or fused-MoE caches
+  for top-k copies), in the activation dtype, plus the sampler's fp32 logits and probabilities
+  for ``max_num_seqs`` rows over the full vocabulary;
+- non-torch memory: 0.5 GiB of CUDA context and library workspaces per device, plus 0.5 GiB of
+  communication buffers (NCCL, custom all-reduce) when the replica spans several devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.errors import InferplanError
+from inferplan.memory.weights import DeviceWeights, WeightFormats, stage_weights
+from inferplan.specs.dtypes import NumberFormat, kv_format, weight_format
+from inferplan.specs.hardware import GIB, GpuSpec
+from inferplan.specs.kv import kv_bytes_per_token, kv_values_per_token, sequence_kv_bytes
+from inferplan.specs.model import AttentionSpec, LayerGroup, ModelSpec
+from inferplan.specs.parallel import Parallelism, stage_layer_counts
+from inferplan.specs.params import ParamCounts, count_params
+
+RUNTIME_RESERVE_BYTES = 0.5 * GIB
+COMM_RESERVE_BYTES = 0.5 * GIB
+SAMPLER_FP32_COPIES = 2
+REPORT_CONTEXTS = (1024, 4096, 8192, 32768, 131072)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The user's knobs, with vLLM's names; None = the engine's or the model's default."""
+
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InferplanError(
+                f"--gpu-memory-utilization: must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        for flag, value in (
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--block-size", self.block_size),
+            ("--max-model-len", self.max_model_len),
+        ):
+            if value is not None and value < 1:
+                raise InferplanError(f"{flag}: must be an integer >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One pipeline stage's device."""
+
+    weights: DeviceWeights
+    activation_bytes: float
+    reserve_bytes: float
+    kv_bytes: float
+    kv_bytes_per_token: float  # one token, every layer of this stage, on one device
+    num_blocks: int
+    layers: tuple[tuple[AttentionSpec, int], ...]  # attention shapes of this stage, counted
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    spec: ModelSpec
+    gpu: GpuSpec
+    parallelism: Parallelism
+    config: MemoryConfig
+    params: ParamCounts
+    weight_formats: WeightFormats
+    kv_format: NumberFormat
+    max_model_len: int
+    budget_bytes: float  # per device: total x utilisation
+    stages: tuple[StagePlan, ...]
+    kv_bytes_per_token: float  # whole model, one sequence, chosen KV dtype
+    num_blocks: int  # per replica
+    max_concurrent_seqs: dict[int, int]
+
+    @property
+    def worst_stage(self) -> StagePlan:
+        """The stage with the fewest KV blocks (it bounds the replica)."""
+        return min(self.stages, key=lambda s: s.num_blocks)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_blocks * self.config.block_size
+
+    @property
+    def fits(self) -> bool:
+        return all(s.kv_bytes > 0 for s in self.stages) and (
+            self.max_concurrent_seqs.get(self.max_model_len, 0) >= 1
+        )
+
+
+def weight_formats_for(spec: ModelSpec, quantization: str | None) -> WeightFormats:
+    """Formats per weight class: ``--quantization`` wins, else the checkpoint's own config."""
+    base = weight_format(spec.dtype)
+    if quantization is not None:
+        fmt = weight_format(quantization)
+        return WeightFormats(linear=fmt, experts=fmt, other=base)
+    if spec.quantization is None:
+        return WeightFormats(base, base, base)
+    fmt = weight_format(spec.quantization.method)
+    linear = fmt if spec.quantization.scope == "linear" else base
+    return WeightFormats(linear=linear, experts=fmt, other=base)
+
+
+def activation_peak_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) -> float:
+    """Estimated peak of the profiling forward pass plus the sampler (see module docstring)."""
+    tokens = cfg.max_num_batched_tokens
+    hidden = spec.hidden_size
+    widest = 0
+    for group in spec.layer_groups:
+        att, ffn = group.attention, group.ffn
+        qkv = (att.num_heads * att.head_dim + 2 * max(att.num_kv_heads, 1) * att.head_dim) / par.tp
+        if ffn.kind == "dense":
+            mlp = 3 * ffn.intermediate_size / par.tp
+        else:
+            per_copy = (
+                3 * ffn.intermediate_size / (par.ep if par.enable_expert_parallel else par.tp)
+            )
+            mlp = ffn.num_experts_per_tok * (per_copy + hidden)
+        widest = max(widest, int(qkv), int(mlp))
+    act_bytes = 2.0
+    forward = tokens * act_bytes * (2 * hidden + widest)
+    sampler = SAMPLER_FP32_COPIES * 4.0 * min(cfg.max_num_seqs, tokens) * spec.vocab_size
+    return forward + sampler
+
+
+def _stage_plans(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    par: Parallelism,
+    cfg: MemoryConfig,
+    fmt: WeightFormats,
+    kv: NumberFormat,
+) -> tuple[StagePlan, ...]:
+    budget = gpu.memory_bytes * cfg.gpu_memory_utilization
+    reserve = RUNTIME_RESERVE_BYTES + (COMM_RESERVE_BYTES if par.devices_per_replica > 1 else 0)
+    activation = activation_peak_bytes(spec, par, cfg)
+    plans = []
+    start = 0
+    counts = stage_layer_counts(spec.num_layers, par.pp)
+    for i, count in enumerate(counts):
+        layers: tuple[LayerGroup, ...] = spec.layers[start : start + count]
+        start += count
+        weights = stage_weights(spec, par, fmt, layers, is_first=i == 0, is_last=i == par.pp - 1)
+        kv_bytes = budget - weights.total_bytes - activation - reserve
+        per_token = (
+            sum(kv_values_per_token(g.attention, par.tp) for g in layers) * kv.bytes_per_value
+        )
+        block_bytes = per_token * cfg.block_size
+        num_blocks = int(max(kv_bytes, 0) // block_bytes) if block_bytes else 0
+        grouped: dict[AttentionSpec, int] = {}
+        for g in layers:
+            grouped[g.attention] = grouped.get(g.attention, 0) + 1
+        plans.append(
+            StagePlan(
+                weights,
+                activation,
+                reserve,
+                kv_bytes,
+                per_token,
+                num_blocks,
+                tuple(grouped.items()),
+            )
+        )
+    return tuple(plans)
+
+
+def _max_concurrency(
+    stages: tuple[StagePlan, ...],
+    spec: ModelSpec,
+    par: Parallelism,
+    cfg: MemoryConfig,
+    kv: NumberFormat,
+    contexts: list[int],
+) -> dict[int, int]:
+    state_bytes = weight_format(spec.dtype).bytes_per_value
+    out = {}
+    for context in contexts:
+        seqs = []
+        for stage in stages:
+            per_seq = sequence_kv_bytes(
+                stage.layers,
+                context,
+                kv,
+                state_bytes,
+                tp=par.tp,
+                block_tokens=cfg.block_size,
+            )
+            seqs.append(int(max(stage.kv_bytes, 0) // per_seq) if per_seq else cfg.max_num_seqs)
+        out[context] = min(seqs)
+    return out
+
+
+def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConfig) -> MemoryPlan:
+    """The memory plan of one replica of ``spec`` on ``gpu`` split as ``par``."""
+    check_sharding(spec, par)
+    fmt = weight_formats_for(spec, cfg.quantization)
+    kv = kv_format(cfg.kv_cache_dtype, model_dtype=spec.dtype)
+    max_model_len = cfg.max_model_len or spec.max_position_embeddings
+    stages = _stage_plans(spec, gpu, par, cfg, fmt, kv)
+    contexts = sorted({c for c in REPORT_CONTEXTS if c <= max_model_len} | {max_model_len})
+    return MemoryPlan(
+        spec=spec,
+        gpu=gpu,
+        parallelism=par,
+        config=cfg,
+        params=count_params(spec),
+        weight_formats=fmt,
+        kv_format=kv,
+        max_model_len=max_model_len,
+        budget_bytes=gpu.memory_bytes * cfg.gpu_memory_utilization,
+        stages=stages,
+        kv_bytes_per_token=kv_bytes_per_token(spec, kv),
+        num_blocks=min(s.num_blocks for s in stages),
+        max_concurrent_seqs=_max_concurrency(stages, spec, par, cfg, kv, contexts),
+    )
+
+
+def check_sharding(spec: ModelSpec, par: Parallelism) -> None:
+    """vLLM's divisibility rules for tensor and expert parallelism."""
+    tp = par.tp
+    for group in spec.layer_groups:
+        att, ffn = group.attention, group.ffn
+        heads = att.linear_num_value_heads if att.kind == "linear" else att.num_heads
+        if heads % tp:
+            raise InferplanError(
+                f"-tp {tp}: does not divide the {heads} attention heads of {spec.name}; "
+                f"valid: {_divisors(heads)}"
+            )
+        if att.kind == "gqa" and tp > att.num_kv_heads and tp % att.num_kv_heads:
+            raise InferplanError(
+                f"-tp {tp}: must be a multiple of the {att.num_kv_heads} KV heads when larger"
+            )
+        if ffn.kind == "dense" and ffn.intermediate_size % tp:
+            raise InferplanError(
+                f"-tp {tp}: does not divide the MLP width {ffn.intermediate_size} of {spec.name}"
+            )
+    if par.enable_expert_parallel and not spec.is_moe:
+        raise InferplanError(f"--enable-expert-parallel: {spec.name} has no experts")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 64)

@@ -1,0 +1,1 @@
+"""Specs: what a model and a device are, as data (DESIGN §3, capability 1)."""

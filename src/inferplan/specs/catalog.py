@@ -1,0 +1,116 @@
+"""Bundled model configs and how ``--model`` resolves to one.
+
+``--model`` takes a Hugging Face id (``meta-llama/Llama-3.1-70B``), its short form
+(``Llama-3.1-70B``, case-insensitive) or a path to a ``config.json``. The bundled configs are the
+upstream files, byte for byte; ``data/PROVENANCE.md`` says where each came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from inferplan.errors import InferplanError
+from inferplan.specs.model import ModelSpec, parse_config
+
+# Short name (the bundled file's stem) -> Hugging Face organisation.
+BUNDLED_MODELS: dict[str, str] = {
+    "DeepSeek-R1": "deepseek-ai",
+    "DeepSeek-V3": "deepseek-ai",
+    "Kimi-K2-Instruct": "moonshotai",
+    "Llama-2-7b-hf": "meta-llama",
+    "Llama-2-70b-hf": "meta-llama",
+    "Llama-3.1-8B": "meta-llama",
+    "Llama-3.1-70B": "meta-llama",
+    "Llama-3.1-405B": "meta-llama",
+    "Mistral-7B-v0.1": "mistralai",
+    "Mistral-7B-v0.3": "mistralai",
+    "Mixtral-8x7B-v0.1": "mistralai",
+    "Qwen3-8B": "Qwen",
+    "Qwen3-32B": "Qwen",
+    "Qwen3-30B-A3B": "Qwen",
+    "Qwen3-235B-A22B": "Qwen",
+    "Qwen3-Next-80B-A3B-Thinking": "Qwen",
+    "gemma-3-27b-it": "google",
+    "gpt-oss-20b": "openai",
+    "gpt-oss-120b": "openai",
+}
+
+# Other published names of the same architectures (Meta renamed the 3.1 repos; Llama-3 and
+# Llama-3.3 share the 3.1 shapes).
+_ALIASES: dict[str, str] = {
+    "meta-llama-3.1-8b": "Llama-3.1-8B",
+    "meta-llama-3.1-70b": "Llama-3.1-70B",
+    "meta-llama-3.1-405b": "Llama-3.1-405B",
+    "llama-3.1-8b-instruct": "Llama-3.1-8B",
+    "llama-3.1-70b-instruct": "Llama-3.1-70B",
+    "meta-llama-3-8b": "Llama-3.1-8B",
+    "meta-llama-3-70b": "Llama-3.1-70B",
+    "llama-3.3-70b": "Llama-3.1-70B",
+    "llama-3.3-70b-instruct": "Llama-3.1-70B",
+}
+
+
+def hf_id(short: str) -> str:
+    return f"{BUNDLED_MODELS[short]}/{short}"
+
+
+def _bundled_lookup() -> dict[str, str]:
+    table = {short.lower(): short for short in BUNDLED_MODELS}
+    table.update({hf_id(short).lower(): short for short in BUNDLED_MODELS})
+    table.update(_ALIASES)
+    return table
+
+
+def resolve_model_name(name: str) -> str | None:
+    """The bundled short name for ``name`` (id, short form or alias), or None."""
+    key = name.strip().lower()
+    table = _bundled_lookup()
+    if key in table:
+        return table[key]
+    tail = key.rsplit("/", 1)[-1]
+    return table.get(tail)
+
+
+@cache
+def _bundled_config(short: str) -> dict[str, object]:
+    text = resources.files("inferplan.specs").joinpath(f"data/models/{short}.json").read_text()
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
+def load_model(name: str) -> ModelSpec:
+    """A ModelSpec from a bundled name or a ``config.json`` path."""
+    short = resolve_model_name(name)
+    if short is not None:
+        return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
+    path = Path(name)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        return _load_config_file(path)
+    close = difflib.get_close_matches(name.lower(), list(_bundled_lookup()), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(_bundled_lookup()[c] for c in close)}?" if close else ""
+    raise InferplanError(
+        f"--model: {name!r} is neither a bundled model nor a config.json path{hint} "
+        "(`inferplan models` lists the bundled ones)"
+    )
+
+
+def _load_config_file(path: Path) -> ModelSpec:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InferplanError(f"--model: file {path} does not exist") from None
+    except OSError as err:
+        raise InferplanError(f"--model: cannot read {path}: {err.strerror}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InferplanError(
+            f"{path}:{err.lineno}: not valid JSON ({err.msg}); expected a Hugging Face config.json"
+        ) from None
+    return parse_config(cfg, name=str(path), source=str(path))

@@ -1,0 +1,45 @@
+"""What each emulated serving engine defaults to (``--engine vllm|sglang|trtllm``).
+
+Figures from the engines' sources as summarised in the project notes (vLLM 0.11.0
+``engine/arg_utils.py`` ``_set_default_args``; SGLang 0.5.4 ``server_args.py``; TensorRT-LLM
+``llmapi/llm_args.py``):
+
+- vLLM ``serve``: on GPUs with >= 70 GiB whose name is not A100, ``max_num_batched_tokens``
+  8192 and ``max_num_seqs`` 1024; otherwise 2048 and 256. Block size 16. ``gpu_memory_utilization``
+  0.9 of *total* memory; KV = that budget - weights - profiled activation peak - non-torch memory.
+- SGLang: chunked prefill 8192 on 60-160 GiB parts (16384 above, 4096/2048 below), page size 1.
+- TensorRT-LLM: ``max_num_tokens`` 8192, ``max_batch_size`` 2048, 32-token blocks, KV = 0.9 of the
+  memory left after weights and warm-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.errors import InferplanError
+from inferplan.specs.hardware import GIB, GpuSpec
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    engine: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    gpu_memory_utilization: float
+
+
+def engine_defaults(engine: str, gpu: GpuSpec) -> EngineDefaults:
+    """The defaults ``engine`` picks on ``gpu``."""
+    big = gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.key
+    memory_gib = gpu.memory_bytes / GIB
+    if engine == "vllm":
+        return EngineDefaults("vllm", 8192 if big else 2048, 1024 if big else 256, 16, 0.9)
+    if engine == "sglang":
+        chunk = 16384 if memory_gib >= 160 else 8192 if memory_gib >= 60 else 4096
+        return EngineDefaults("sglang", chunk, 4096, 1, 0.9)
+    if engine == "trtllm":
+        return EngineDefaults("trtllm", 8192, 2048, 32, 0.9)
+    raise InferplanError(f"--engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")

@@ -1,0 +1,219 @@
+"""Accelerators as data: the bundled catalog (``data/gpus.yaml``) or a user's YAML file.
+
+The catalog's figures are published ones, each with its source in the file. Units there are
+decimal (GB = 1e9 B, TB/s = 1e12 B/s); dense peaks per dtype (no 2:4 sparsity); ``unidir_gbps``
+is one direction of a link. Usable memory is the driver-visible total where the catalog records
+it (``usable_gib``, H100 and H200), else the nominal capacity in decimal GB, which for HBM parts
+is a slight under-estimate (the stacks are sized in GiB; the driver reserves some of it).
+
+A user's file uses the same schema: either a whole catalog (``accelerators: {name: {...}}``) or
+one accelerator's mapping at the top level. Required: ``memory.capacity_gb``,
+``memory.bandwidth_tbps`` and at least one dense peak in ``compute_dense_tflops``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import statistics
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inferplan.errors import InferplanError
+
+GIB = 1024**3
+
+# Short names -> catalog keys: the SXM/HGX parts where there is a choice.
+SHORT_NAMES: dict[str, str] = {
+    "a100": "a100_sxm_80gb",
+    "h100": "h100_sxm_80gb",
+    "h100_sxm": "h100_sxm_80gb",
+    "h100_pcie": "h100_pcie_80gb",
+    "h200": "h200_sxm_141gb",
+    "h200_sxm": "h200_sxm_141gb",
+    "b200": "b200_hgx",
+    "gb200": "gb200_per_gpu",
+    "l40s": "l40s",
+    "rtx4090": "rtx_4090",
+    "mi300x": "mi300x",
+    "mi325x": "mi325x",
+    "mi355x": "mi355x",
+    "tpu_v5e": "tpu_v5e",
+    "tpu_v6e": "tpu_v6e",
+    "gaudi3": "gaudi3",
+}
+
+
+class _Memory(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    capacity_gb: float = Field(gt=0)
+    bandwidth_tbps: float = Field(gt=0)
+    usable_gib: float | None = Field(default=None, gt=0)
+
+
+class _Link(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    unidir_gbps: float | None = Field(default=None, gt=0)
+    domain_size: int | None = Field(default=None, ge=1)
+
+
+class _ScaleOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    nic_gbit_per_gpu: float | None = Field(default=None, gt=0)
+
+
+class _Accelerator(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    vendor: str = "unknown"
+    architecture: str = "unknown"
+    memory: _Memory
+    compute_dense_tflops: dict[str, float | None]
+    scale_up: _Link = Field(default_factory=_Link)
+    host_link: _Link = Field(default_factory=_Link)
+    scale_out_typical: _ScaleOut = Field(default_factory=_ScaleOut)
+    tdp_w: float | None = Field(default=None, gt=0)
+    cloud_prices_usd_per_gpu_hour: list[dict[str, Any]] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator, in SI units (bytes, bytes/s, FLOP/s)."""
+
+    key: str
+    name: str
+    vendor: str
+    architecture: str
+    memory_bytes: float
+    memory_bandwidth_bytes_s: float
+    peak_flops: dict[str, float]  # dense FLOP/s (TOPS for int) by dtype; absent = unsupported
+    scale_up_bytes_s: float | None  # one direction, per GPU
+    scale_up_domain_size: int
+    host_link_bytes_s: float | None  # one direction
+    scale_out_bytes_s: float | None  # per GPU
+    tdp_w: float | None
+    price_usd_per_hour: float | None
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak for ``dtype``; formats the part lacks run at the widest one it has
+        (fp4 on Hopper dequantises to fp8/bf16 tensor cores)."""
+        for candidate in _FALLBACK.get(dtype, (dtype,)):
+            if candidate in self.peak_flops:
+                return self.peak_flops[candidate]
+        return max(self.peak_flops.values())
+
+
+_FALLBACK: dict[str, tuple[str, ...]] = {
+    "fp4": ("fp4", "bf16", "fp16"),
+    "int4": ("int4", "bf16", "fp16"),
+    "fp8": ("fp8", "bf16", "fp16"),
+    "int8": ("int8", "bf16", "fp16"),
+    "bf16": ("bf16", "fp16"),
+    "fp16": ("fp16", "bf16"),
+    "tf32": ("tf32", "fp32"),
+}
+
+
+def _default_price(prices: list[dict[str, Any]]) -> float | None:
+    """Median of the on-demand list prices, else of every listed price."""
+    listed = [p for p in prices if isinstance(p.get("price"), int | float)]
+    on_demand = [p["price"] for p in listed if str(p.get("kind", "")).startswith("on-demand")]
+    pool = on_demand or [p["price"] for p in listed]
+    return float(statistics.median(pool)) if pool else None
+
+
+def _to_spec(key: str, acc: _Accelerator) -> GpuSpec:
+    peaks = {k: float(v) * 1e12 for k, v in acc.compute_dense_tflops.items() if v}
+    if not any(k in peaks for k in ("bf16", "fp16", "fp8", "fp32", "tf32")):
+        raise InferplanError(
+            f"GPU {key!r}: compute_dense_tflops needs at least one of bf16, fp16, fp8, fp32"
+        )
+    memory_bytes = (
+        acc.memory.usable_gib * GIB if acc.memory.usable_gib else acc.memory.capacity_gb * 1e9
+    )
+    return GpuSpec(
+        key=key,
+        name=acc.name or key,
+        vendor=acc.vendor,
+        architecture=acc.architecture,
+        memory_bytes=memory_bytes,
+        memory_bandwidth_bytes_s=acc.memory.bandwidth_tbps * 1e12,
+        peak_flops=peaks,
+        scale_up_bytes_s=acc.scale_up.unidir_gbps * 1e9 if acc.scale_up.unidir_gbps else None,
+        scale_up_domain_size=acc.scale_up.domain_size or 1,
+        host_link_bytes_s=acc.host_link.unidir_gbps * 1e9 if acc.host_link.unidir_gbps else None,
+        scale_out_bytes_s=(
+            acc.scale_out_typical.nic_gbit_per_gpu * 1e9 / 8
+            if acc.scale_out_typical.nic_gbit_per_gpu
+            else None
+        ),
+        tdp_w=acc.tdp_w,
+        price_usd_per_hour=_default_price(acc.cloud_prices_usd_per_gpu_hour),
+    )
+
+
+def _parse_catalog(data: Any, source: str) -> dict[str, GpuSpec]:
+    if not isinstance(data, dict):
+        raise InferplanError(f"{source}: expected a YAML mapping at the top level")
+    entries = data.get("accelerators")
+    if entries is None:
+        entries = {str(data.get("name") or Path(source).stem): data}
+    if not isinstance(entries, dict) or not entries:
+        raise InferplanError(f"{source}: 'accelerators' must map names to accelerator specs")
+    out = {}
+    for key, raw in entries.items():
+        try:
+            acc = _Accelerator.model_validate(raw)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InferplanError(
+                f"{source}: accelerator {key!r}: {where}: {first['msg']}"
+            ) from None
+        out[str(key)] = _to_spec(str(key), acc)
+    return out
+
+
+@cache
+def bundled_gpus() -> dict[str, GpuSpec]:
+    text = resources.files("inferplan.specs").joinpath("data/gpus.yaml").read_text()
+    return _parse_catalog(yaml.safe_load(text), "gpus.yaml")
+
+
+def load_gpu(name: str) -> GpuSpec:
+    """A GpuSpec from a short name, a catalog key or a YAML file path."""
+    catalog = bundled_gpus()
+    key = name.strip().lower().replace("-", "_")
+    key = SHORT_NAMES.get(key, key)
+    if key in catalog:
+        return catalog[key]
+    path = Path(name)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        return _load_gpu_file(path)
+    names = sorted(set(SHORT_NAMES) | set(catalog))
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.4)
+    hint = f"; close matches: {', '.join(close)}" if close else ""
+    raise InferplanError(f"--gpu: unknown GPU {name!r}{hint} (`inferplan gpus` lists them all)")
+
+
+def _load_gpu_file(path: Path) -> GpuSpec:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InferplanError(f"--gpu: file {path} does not exist") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InferplanError(f"{path}{line}: not valid YAML") from None
+    specs = _parse_catalog(data, str(path))
+    if len(specs) != 1:
+        raise InferplanError(
+            f"--gpu: {path} holds {len(specs)} accelerators; use one of {', '.join(specs)} "
+            "as the name with that file, or a file with a single accelerator"
+        )
+    return next(iter(specs.values()))

@@ -1,0 +1,428 @@
+"""ModelSpec: one model's architecture, read from a Hugging Face ``config.json``.
+
+A model is a stack of decoder layers; each layer is one attention block (GQA/MHA/MQA, MLA,
+sliding-window, or linear attention with a fixed per-sequence state) and one FFN block (dense
+SwiGLU or MoE with routed and shared experts). Layers that share a shape are grouped, so that
+parameter counts and step times cost O(number of distinct layer kinds), not O(layers).
+
+The reading rules follow the Hugging Face modelling code of each family (``transformers``
+``models/<family>/configuration_*.py``): which fields decide sliding windows (``layer_types``,
+Gemma-3's ``sliding_window_pattern``), hybrid layers (Qwen3-Next ``full_attention_interval``),
+dense-first MoE stacks (DeepSeek ``first_k_dense_replace``, Qwen3-MoE ``mlp_only_layers`` and
+``decoder_sparse_step``). Per-family extras (q/k norms, biases, attention sinks, gated queries)
+are switched by ``model_type``; everything else comes from the fields themselves, so an unknown
+family with the standard fields reads as a dense decoder, and one without them fails with an
+error naming the missing field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from inferplan.errors import InferplanError
+
+AttentionKind = Literal["gqa", "mla", "linear"]
+FfnKind = Literal["dense", "moe"]
+
+# Families whose attention normalises q and k per head (adds 2 * head_dim weights per layer).
+_QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+# Families with four RMSNorms per layer (pre/post attention and pre/post FFN).
+_FOUR_NORM_FAMILIES = {"gemma2", "gemma3", "gemma3_text"}
+# Families with biases on q/k/v only.
+_QKV_BIAS_FAMILIES = {"qwen2", "qwen2_moe"}
+# HF ``Gemma3TextConfig`` defaults for fields the released multimodal configs omit.
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208,
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": True,
+    "sliding_window_pattern": 6,
+    "head_dim": 256,
+}
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One layer's attention block. Head counts are for the whole model (before sharding)."""
+
+    kind: AttentionKind
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # q/k head dim (MLA: nope + rope)
+    v_head_dim: int
+    window_tokens: int | None = None  # sliding window; None = full attention
+    has_qk_norm: bool = False
+    has_qkv_bias: bool = False
+    has_o_bias: bool = False
+    has_sinks: bool = False
+    has_query_gate: bool = False  # Qwen3-Next gated attention: q_proj is twice as wide
+    # MLA (DeepSeek-V2/V3, Kimi-K2)
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    # Linear attention (Qwen3-Next Gated DeltaNet)
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    conv_kernel_size: int = 0
+
+
+@dataclass(frozen=True)
+class FfnSpec:
+    """One layer's FFN block: a dense SwiGLU MLP, or routed experts plus optional shared ones."""
+
+    kind: FfnKind
+    intermediate_size: int  # dense width, or one routed expert's width
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    shared_intermediate_size: int = 0  # total width of the shared experts
+    has_expert_bias: bool = False  # gpt-oss experts carry biases
+    router_bias_size: int = 0  # gpt-oss router bias / DeepSeek e_score_correction_bias
+    has_shared_gate: bool = False  # Qwen3-Next: a sigmoid gate on the shared expert
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """``num_layers`` consecutive-or-not layers that share an attention and an FFN shape."""
+
+    attention: AttentionSpec
+    ffn: FfnSpec
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A ViT-style vision tower (SigLIP) and its projector, for multimodal configs."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    patch_size: int
+    image_size: int
+    tokens_per_image: int
+
+
+@dataclass(frozen=True)
+class QuantizationDefault:
+    """A checkpoint's own quantization (``quantization_config``): format and which weights."""
+
+    method: str  # a WEIGHT_FORMATS key
+    scope: Literal["linear", "experts"]  # all linear layers, or routed experts only
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model's architecture. ``layers`` is in stack order (index = layer id)."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    vocab_size: int
+    layers: tuple[LayerGroup, ...]  # one entry per layer, in order; entries are shared objects
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    norms_per_layer: int
+    dtype: str  # activation / unquantised weight dtype (a KV_FORMATS key)
+    quantization: QuantizationDefault | None = None
+    num_mtp_layers: int = 0
+    vision: VisionSpec | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """Distinct layer shapes with their counts, in order of first appearance."""
+        return group_layers(self.layers)
+
+    @property
+    def is_moe(self) -> bool:
+        return any(g.ffn.kind == "moe" for g in self.layers)
+
+    @property
+    def moe_ffn(self) -> FfnSpec | None:
+        return next((g.ffn for g in self.layers if g.ffn.kind == "moe"), None)
+
+
+def group_layers(layers: tuple[LayerGroup, ...]) -> tuple[LayerGroup, ...]:
+    """Collapse a per-layer list into (shape, count) groups in order of first appearance."""
+    counts: dict[tuple[AttentionSpec, FfnSpec], int] = {}
+    for layer in layers:
+        key = (layer.attention, layer.ffn)
+        counts[key] = counts.get(key, 0) + layer.num_layers
+    return tuple(LayerGroup(att, ffn, n) for (att, ffn), n in counts.items())
+
+
+class _Fields:
+    """Typed access to a config dict; every error names the file and the field."""
+
+    def __init__(self, cfg: dict[str, Any], source: str) -> None:
+        self.cfg = cfg
+        self.source = source
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def get_int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.cfg.get(key, default)
+        if value is None:
+            model_type = self.cfg.get("model_type", "unknown")
+            raise InferplanError(
+                f"{self.source}: missing field {key!r} (needed to read a {model_type!r} model)"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InferplanError(
+                f"{self.source}: field {key!r} must be an integer >= {minimum}, got {value!r}"
+            )
+        return value
+
+    def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
+        return self.get_int(key, minimum=minimum) if self.has(key) else None
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise InferplanError(
+                f"{self.source}: field {key!r} must be true or false, got {value!r}"
+            )
+        return value
+
+
+def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` dict into a ModelSpec."""
+    if not isinstance(cfg, dict):
+        raise InferplanError(f"{source}: expected a JSON object at the top level")
+    vision = _parse_vision(cfg, source)
+    text = _text_config(cfg)
+    f = _Fields(text, source)
+    model_type = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+    hidden = f.get_int("hidden_size")
+    num_layers = f.get_int("num_hidden_layers")
+    attentions = _layer_attentions(f, model_type, num_layers)
+    ffns = _layer_ffns(f, model_type, num_layers)
+    layers = tuple(LayerGroup(a, m, 1) for a, m in zip(attentions, ffns, strict=True))
+    dtype_name = str(cfg.get("torch_dtype") or text.get("torch_dtype") or "bfloat16")
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        hidden_size=hidden,
+        vocab_size=f.get_int("vocab_size"),
+        layers=layers,
+        tie_word_embeddings=f.get_bool("tie_word_embeddings", False),
+        max_position_embeddings=f.get_int("max_position_embeddings", 4096),
+        norms_per_layer=4 if model_type in _FOUR_NORM_FAMILIES else 2,
+        dtype={"float16": "fp16", "float32": "bf16"}.get(dtype_name, "bf16"),
+        quantization=_parse_quantization(cfg, source),
+        num_mtp_layers=f.get_int("num_nextn_predict_layers", 0, minimum=0),
+        vision=vision,
+    )
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields: top level, or ``text_config`` for multimodal wrappers."""
+    if not isinstance(cfg.get("text_config"), dict):
+        return cfg
+    text = dict(cfg["text_config"])
+    if text.get("model_type") in {"gemma3_text"} or cfg.get("model_type") == "gemma3":
+        for key, value in _GEMMA3_TEXT_DEFAULTS.items():
+            text.setdefault(key, value)
+    for key in ("tie_word_embeddings", "torch_dtype"):
+        if key in cfg and key not in text:
+            text[key] = cfg[key]
+    return text
+
+
+def _layer_kinds(f: _Fields, model_type: str, num_layers: int) -> list[str]:
+    """Per layer: ``full_attention``, ``sliding_attention`` or ``linear_attention``."""
+    layer_types = f.cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        if len(layer_types) != num_layers:
+            raise InferplanError(
+                f"{f.source}: field 'layer_types' has {len(layer_types)} entries, "
+                f"not num_hidden_layers={num_layers}"
+            )
+        return [str(t) for t in layer_types]
+    if f.has("full_attention_interval"):
+        every = f.get_int("full_attention_interval")
+        return [
+            "full_attention" if (i + 1) % every == 0 else "linear_attention"
+            for i in range(num_layers)
+        ]
+    if model_type in {"gemma3", "gemma3_text"}:
+        every = f.get_int("sliding_window_pattern", 6)
+        return [
+            "full_attention" if (i + 1) % every == 0 else "sliding_attention"
+            for i in range(num_layers)
+        ]
+    uses_window = f.has("sliding_window") and f.cfg.get("use_sliding_window", True) is not False
+    return ["sliding_attention" if uses_window else "full_attention"] * num_layers
+
+
+def _layer_attentions(f: _Fields, model_type: str, num_layers: int) -> list[AttentionSpec]:
+    kinds = _layer_kinds(f, model_type, num_layers)
+    cache: dict[str, AttentionSpec] = {}
+    out = []
+    for kind in kinds:
+        if kind not in cache:
+            cache[kind] = _attention(f, model_type, kind)
+        out.append(cache[kind])
+    return out
+
+
+def _attention(f: _Fields, model_type: str, kind: str) -> AttentionSpec:
+    num_heads = f.get_int("num_attention_heads")
+    if kind == "linear_attention":
+        return AttentionSpec(
+            kind="linear",
+            num_heads=num_heads,
+            num_kv_heads=0,
+            head_dim=0,
+            v_head_dim=0,
+            linear_num_key_heads=f.get_int("linear_num_key_heads"),
+            linear_num_value_heads=f.get_int("linear_num_value_heads"),
+            linear_key_head_dim=f.get_int("linear_key_head_dim"),
+            linear_value_head_dim=f.get_int("linear_value_head_dim"),
+            conv_kernel_size=f.get_int("linear_conv_kernel_dim"),
+        )
+    if kind not in {"full_attention", "sliding_attention"}:
+        raise InferplanError(
+            f"{f.source}: layer type {kind!r} is not supported; "
+            "valid: full_attention, sliding_attention, linear_attention"
+        )
+    window = f.get_int("sliding_window") if kind == "sliding_attention" else None
+    if f.has("kv_lora_rank"):
+        return _mla_attention(f, num_heads, window)
+    head_dim = f.opt_int("head_dim") or f.get_int("hidden_size") // num_heads
+    num_kv_heads = f.get_int("num_key_value_heads", num_heads)
+    if num_heads % num_kv_heads:
+        raise InferplanError(
+            f"{f.source}: num_attention_heads={num_heads} is not a multiple of "
+            f"num_key_value_heads={num_kv_heads}"
+        )
+    has_bias = f.get_bool("attention_bias", False)
+    return AttentionSpec(
+        kind="gqa",
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        window_tokens=window,
+        has_qk_norm=model_type in _QK_NORM_FAMILIES,
+        has_qkv_bias=has_bias or model_type in _QKV_BIAS_FAMILIES,
+        has_o_bias=has_bias,
+        has_sinks=model_type == "gpt_oss",
+        has_query_gate=model_type == "qwen3_next",
+    )
+
+
+def _mla_attention(f: _Fields, num_heads: int, window: int | None) -> AttentionSpec:
+    nope = f.get_int("qk_nope_head_dim")
+    rope = f.get_int("qk_rope_head_dim")
+    return AttentionSpec(
+        kind="mla",
+        num_heads=num_heads,
+        num_kv_heads=1,  # one shared latent per token (num_key_value_heads is nominal)
+        head_dim=nope + rope,
+        v_head_dim=f.get_int("v_head_dim"),
+        window_tokens=window,
+        q_lora_rank=f.opt_int("q_lora_rank"),
+        kv_lora_rank=f.get_int("kv_lora_rank"),
+        qk_rope_head_dim=rope,
+    )
+
+
+def _num_routed_experts(f: _Fields) -> int:
+    for key in ("n_routed_experts", "num_local_experts", "num_experts"):
+        if f.has(key):
+            return f.get_int(key, minimum=0)
+    return 0
+
+
+def _is_sparse_layer(f: _Fields, i: int) -> bool:
+    if i < f.get_int("first_k_dense_replace", 0, minimum=0):
+        return False
+    mlp_only = f.cfg.get("mlp_only_layers") or []
+    if i in mlp_only:
+        return False
+    step = f.get_int("decoder_sparse_step", 1) if f.has("decoder_sparse_step") else 1
+    freq = f.get_int("moe_layer_freq", 1) if f.has("moe_layer_freq") else 1
+    return (i + 1) % step == 0 and i % freq == 0
+
+
+def _layer_ffns(f: _Fields, model_type: str, num_layers: int) -> list[FfnSpec]:
+    num_experts = _num_routed_experts(f)
+    dense = None
+    moe = None
+    out = []
+    for i in range(num_layers):
+        if num_experts and _is_sparse_layer(f, i):
+            moe = moe or _moe_ffn(f, model_type, num_experts)
+            out.append(moe)
+        else:
+            dense = dense or FfnSpec(kind="dense", intermediate_size=f.get_int("intermediate_size"))
+            out.append(dense)
+    return out
+
+
+def _moe_ffn(f: _Fields, model_type: str, num_experts: int) -> FfnSpec:
+    width = f.opt_int("moe_intermediate_size") or f.get_int("intermediate_size")
+    top_k = f.opt_int("num_experts_per_tok") or f.get_int("experts_per_token")
+    if top_k > num_experts:
+        raise InferplanError(
+            f"{f.source}: num_experts_per_tok={top_k} exceeds the {num_experts} routed experts"
+        )
+    shared = 0
+    if f.has("n_shared_experts"):
+        shared = f.get_int("n_shared_experts", minimum=0) * width
+    elif f.has("shared_expert_intermediate_size"):
+        shared = f.get_int("shared_expert_intermediate_size", minimum=0)
+    router_bias = num_experts if model_type in {"gpt_oss", "deepseek_v3", "kimi_k2"} else 0
+    if model_type in {"deepseek_v2"}:
+        router_bias = 0
+    return FfnSpec(
+        kind="moe",
+        intermediate_size=width,
+        num_experts=num_experts,
+        num_experts_per_tok=top_k,
+        shared_intermediate_size=shared,
+        has_expert_bias=model_type == "gpt_oss",
+        router_bias_size=router_bias,
+        has_shared_gate=model_type in {"qwen3_next", "qwen2_moe"} and shared > 0,
+    )
+
+
+def _parse_quantization(cfg: dict[str, Any], source: str) -> QuantizationDefault | None:
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return QuantizationDefault("fp8", "linear")
+    if method == "mxfp4":
+        # gpt-oss: only the MoE experts are mxfp4 (modules_to_not_convert lists the rest).
+        return QuantizationDefault("mxfp4", "experts")
+    if method in {"awq", "gptq"} and quant.get("bits", 4) == 4:
+        return QuantizationDefault("int4", "linear")
+    if method in {"compressed-tensors", "modelopt"}:
+        return QuantizationDefault("fp8", "linear")
+    raise InferplanError(
+        f"{source}: quantization_config.quant_method {method!r} is not supported; "
+        "valid: fp8, mxfp4, awq, gptq, compressed-tensors, modelopt (or pass --quantization)"
+    )
+
+
+def _parse_vision(cfg: dict[str, Any], source: str) -> VisionSpec | None:
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict):
+        return None
+    f = _Fields(vision, f"{source} (vision_config)")
+    return VisionSpec(
+        hidden_size=f.get_int("hidden_size"),
+        intermediate_size=f.get_int("intermediate_size"),
+        num_layers=f.get_int("num_hidden_layers"),
+        patch_size=f.get_int("patch_size"),
+        image_size=f.get_int("image_size"),
+        tokens_per_image=int(cfg.get("mm_tokens_per_image", 256)),
+    )
