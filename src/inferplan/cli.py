@@ -15,9 +15,13 @@ import click
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.perf.factory import build_step_model
+from inferplan.perf.moe import Routing
+from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.console import console
 from inferplan.report.memory import memory_json, memory_tables
+from inferplan.report.roofline import roofline_tables
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import ENGINES, engine_defaults
 from inferplan.specs.hardware import load_gpu
@@ -177,6 +181,103 @@ def memory(
         console().print(memory_tables(plan))
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InferplanError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InferplanError(f"{flag}: every value must be an integer >= 1, got {text!r}")
+    return values
+
+
+@app.command()
+@deployment_options
+@click.option(
+    "--batch-sizes",
+    default="1,8,32,128,512",
+    show_default=True,
+    help="Decode batch sizes (comma-separated)",
+)
+@click.option(
+    "--input-len",
+    default="128,1024,4096,16384",
+    show_default=True,
+    help="Prefill prompt lengths (comma-separated)",
+)
+@click.option(
+    "--context-len",
+    default="1024",
+    show_default=True,
+    help="Decode context lengths per sequence (comma-separated)",
+)
+@click.option(
+    "--moe-skew",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Zipf exponent of expert popularity (0 = uniform routing)",
+)
+@click.option("--no-cuda-graphs", is_flag=True, help="Model eager execution (enforce-eager)")
+@json_option
+def roofline(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    enable_expert_parallel: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    block_size: int | None,
+    engine: str,
+    batch_sizes: str,
+    input_len: str,
+    context_len: str,
+    moe_skew: float,
+    no_cuda_graphs: bool,
+    json_out: bool,
+) -> None:
+    """Step-time model: prefill and decode speed, and which bound dominates."""
+    plan = build_memory_plan(
+        model,
+        gpu,
+        tp,
+        pp,
+        enable_expert_parallel,
+        quantization,
+        kv_cache_dtype,
+        max_model_len,
+        gpu_memory_utilization,
+        max_num_batched_tokens,
+        max_num_seqs,
+        block_size,
+        engine,
+    )
+    step_model = build_step_model(plan, routing=Routing(moe_skew), cuda_graphs=not no_cuda_graphs)
+    contexts = _int_list("--context-len", context_len)
+    result = {
+        "model": plan.spec.name,
+        "gpu": plan.gpu.key,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "prefill": [prefill_row(step_model, n) for n in _int_list("--input-len", input_len)],
+        "decode": [
+            decode_row(step_model, b, c)
+            for c in contexts
+            for b in _int_list("--batch-sizes", batch_sizes)
+        ],
+        "compute_bound_batch_size": compute_bound_batch_size(step_model),
+    }
+    if json_out:
+        _print_json(result)
+    else:
+        console().print(roofline_tables(result))
 
 
 @app.command()

@@ -43,7 +43,7 @@ WEIGHT_FORMATS: dict[str, NumberFormat] = {
     "fp32": NumberFormat("fp32", 4.0, "tf32"),
     "fp8": NumberFormat("fp8", 1.0 + 4.0 / (128 * 128), "fp8"),
     "int8": NumberFormat("int8", 1.0, "int8"),
-    "int4": NumberFormat("int4", 0.5 + 4.0 / 128, "int4"),
+    "int4": NumberFormat("int4", 0.5 + 4.0 / 128, "bf16"),  # W4A16: dequantised to bf16
     "mxfp4": NumberFormat("mxfp4", 0.5 + 1.0 / 32, "fp4"),
     "nvfp4": NumberFormat("nvfp4", 0.5 + 1.0 / 16, "fp4"),
 }

@@ -1,0 +1,97 @@
+"""Efficiency constants: the achievable fraction of each peak, and fixed overheads, per GPU family.
+
+They are data (``data/efficiency/<family>.yaml``), documented there with their starting values'
+sources; the calibration command fits them to measurements and writes a file of the same schema.
+Fractions must lie in (0, 1]: a fit that needs more means the model misses a mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inferplan.errors import InferplanError
+from inferplan.specs.hardware import GpuSpec
+
+FAMILY_OF_ARCHITECTURE = {
+    "hopper": "hopper",
+    "ampere": "ampere",
+    "blackwell": "blackwell",
+    "ada_lovelace": "ada",
+    "cdna3": "cdna3",
+    "cdna4": "cdna3",
+}
+
+
+class _EfficiencyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gemm_compute: float = Field(gt=0, le=1)
+    gemm_half_tokens: float = Field(ge=0)
+    memory_bandwidth: float = Field(gt=0, le=1)
+    attention_compute: float = Field(gt=0, le=1)
+    attention_memory: float = Field(gt=0, le=1)
+    collective_bandwidth: float = Field(gt=0, le=1)
+    collective_latency_s: float = Field(ge=0)
+    step_overhead_s: float = Field(ge=0)
+    per_seq_overhead_s: float = Field(ge=0)
+    eager_layer_overhead_s: float = Field(ge=0)
+    elementwise_passes: float = Field(ge=0)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of peak and per-step overheads (see the family files)."""
+
+    gemm_compute: float  # of dense tensor-core peak, for large GEMMs
+    gemm_half_tokens: float  # GEMM rows at which achieved compute is half of gemm_compute
+    memory_bandwidth: float  # of HBM bandwidth, streaming weights
+    attention_compute: float  # of peak, flash-attention prefill
+    attention_memory: float  # of HBM bandwidth, paged-attention KV reads
+    collective_bandwidth: float  # of the link bandwidth, all-reduce / all-to-all
+    collective_latency_s: float  # per collective call
+    step_overhead_s: float  # CPU scheduling, input preparation, sampling per step
+    per_seq_overhead_s: float  # per scheduled sequence and step
+    eager_layer_overhead_s: float  # kernel launches per layer outside CUDA graphs
+    elementwise_passes: float  # hidden-state reads+writes per layer for norms, residuals, RoPE
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def parse_efficiency(data: object, source: str) -> Efficiency:
+    try:
+        parsed = _EfficiencyFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InferplanError(f"{source}: {where}: {first['msg']}") from None
+    return Efficiency(**parsed.model_dump())
+
+
+@cache
+def bundled_efficiency(family: str) -> Efficiency:
+    name = family if family in set(FAMILY_OF_ARCHITECTURE.values()) else "default"
+    text = resources.files("inferplan.perf").joinpath(f"data/efficiency/{name}.yaml").read_text()
+    return parse_efficiency(yaml.safe_load(text), f"efficiency/{name}.yaml")
+
+
+def efficiency_for(gpu: GpuSpec) -> Efficiency:
+    return bundled_efficiency(FAMILY_OF_ARCHITECTURE.get(gpu.architecture, "default"))
+
+
+def load_efficiency_file(path: Path) -> Efficiency:
+    """A calibration file (``--calibration``): the same keys, under ``efficiency:``."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InferplanError(f"--calibration: file {path} does not exist") from None
+    except yaml.YAMLError:
+        raise InferplanError(f"--calibration: {path} is not valid YAML") from None
+    if isinstance(data, dict) and "efficiency" in data:
+        data = data["efficiency"]
+    return parse_efficiency(data, str(path))

@@ -1,0 +1,391 @@
+"""The analytic step-time model: a roofline per operator, with calibrated efficiencies.
+
+Each operator takes ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff))`` on one device, with
+the peak of the dtype its matmuls run in; operators run one after another, so their times add.
+Per layer: attention projections, the attention core (causal prefill pairs, decode KV reads;
+MLA absorbed for decode, expanded for prefill; sliding windows cap what is read), the FFN (dense,
+or router + touched experts + shared experts), elementwise passes, and TP all-reduces (EP
+all-to-all for MoE layers). Per step: the LM head and fixed overheads. Pipeline parallelism
+splits the batch into ``m`` micro-batches over ``pp`` stages: ``(m + pp - 1)`` bottleneck-stage
+times plus the stage-to-stage sends (GPipe, Huang et al. 2019).
+
+Every operator is affine in the decode context ``C`` (FLOPs and bytes are ``x0 + x1*C``), so a
+pure-decode stretch has a step time ``a + b*C`` until some operator's bound flips or a sliding
+window saturates; ``decode_line`` returns that line and where it stops holding. ``docs/modeling.md``
+has every formula and its sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.memory.weights import WeightFormats, attention_rank_params
+from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
+from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.moe import Routing, expected_experts_touched
+from inferplan.specs.dtypes import NumberFormat
+from inferplan.specs.hardware import GpuSpec
+from inferplan.specs.kv import kv_heads_per_rank, linear_state_values
+from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
+from inferplan.specs.parallel import Parallelism, stage_layer_counts
+from inferplan.specs.params import expert_params
+
+ACT_BYTES = 2.0  # bf16 activations
+CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator on one device: FLOPs ``f0 + f1*C``, bytes ``b0 + b1*C`` (C = decode context),
+    achieved at ``flops_s`` and ``bytes_s``. ``count`` repeats it (layers of one shape)."""
+
+    name: str
+    f0: float
+    f1: float
+    b0: float
+    b1: float
+    flops_s: float
+    bytes_s: float
+    count: int = 1
+
+    def terms(self, context: float) -> tuple[float, float]:
+        compute = (self.f0 + self.f1 * context) / self.flops_s * self.count
+        memory = (self.b0 + self.b1 * context) / self.bytes_s * self.count
+        return compute, memory
+
+    def crossover(self, context: float) -> float | None:
+        """The context > ``context`` where compute and memory terms swap, if any."""
+        slope = self.f1 / self.flops_s - self.b1 / self.bytes_s
+        if slope == 0:
+            return None
+        point = (self.b0 / self.bytes_s - self.f0 / self.flops_s) / slope
+        return point if point > context else None
+
+
+@dataclass(frozen=True)
+class _Group:
+    attention: AttentionSpec
+    ffn: FfnSpec
+    count: int
+    attn_linear_params: int
+    attn_other_params: int
+
+
+class RooflineModel:
+    """Step times of one replica of ``spec`` on ``gpu`` split as ``par`` (a StepTimeModel)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        gpu: GpuSpec,
+        par: Parallelism,
+        formats: WeightFormats,
+        kv: NumberFormat,
+        eff: Efficiency,
+        *,
+        routing: Routing | None = None,
+        cuda_graphs: bool = True,
+    ) -> None:
+        self.spec, self.gpu, self.par = spec, gpu, par
+        self.formats, self.kv, self.eff = formats, kv, eff
+        self.routing = routing or Routing()
+        self.cuda_graphs = cuda_graphs
+        self.bandwidth = gpu.memory_bandwidth_bytes_s
+        self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
+        self.groups = self._bottleneck_groups()
+        padded_vocab = -(-spec.vocab_size // 64) * 64
+        self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
+
+    def _bottleneck_groups(self) -> tuple[_Group, ...]:
+        """Layer shapes of the stage with the most layers (the first such), counted."""
+        counts = stage_layer_counts(self.spec.num_layers, self.par.pp)
+        start = sum(counts[: counts.index(max(counts))])
+        layers = self.spec.layers[start : start + max(counts)]
+        tally: dict[tuple[AttentionSpec, FfnSpec], int] = {}
+        for layer in layers:
+            key = (layer.attention, layer.ffn)
+            tally[key] = tally.get(key, 0) + 1
+        out = []
+        for (att, ffn), count in tally.items():
+            linear, other = attention_rank_params(att, self.spec.hidden_size, self.par.tp)
+            out.append(_Group(att, ffn, count, linear, other))
+        return tuple(out)
+
+    # ---- the StepTimeModel protocol ---------------------------------------------------------
+
+    def step_time(self, batch: StepBatch) -> StepTime:
+        ops, fixed = self._ops(batch)
+        return self._evaluate(ops, fixed, batch, float(batch.decode_context_tokens))
+
+    def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+        """``(a, b, limit)``: a pure decode step of ``num_seqs`` sequences attending to ``C``
+        tokens in total takes ``a + b*C`` seconds for ``context_tokens <= C < limit``."""
+        batch = StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
+        ops, fixed = self._ops(batch)
+        factor = self._pipeline_factor(batch)
+        m = self._microbatches(batch)
+        context = context_tokens / m
+        a = b = 0.0
+        limit = float("inf")
+        for op in ops:
+            compute, memory = op.terms(context)
+            if compute >= memory:
+                a += op.f0 / op.flops_s * op.count
+                b += op.f1 / op.flops_s * op.count
+            else:
+                a += op.b0 / op.bytes_s * op.count
+                b += op.b1 / op.bytes_s * op.count
+            point = op.crossover(context)
+            if point is not None:
+                limit = min(limit, point * m)
+        a = (a + sum(fixed.values())) * factor + self._pipeline_sends(batch)
+        b = b * factor / m
+        limit = min(limit, self._window_limit(num_seqs, context_tokens))
+        return a, b, limit
+
+    # ---- operators --------------------------------------------------------------------------
+
+    def _microbatches(self, batch: StepBatch) -> int:
+        seqs = batch.num_decode_seqs + batch.num_prefill_seqs
+        return max(1, min(self.par.pp, seqs))
+
+    def _pipeline_factor(self, batch: StepBatch) -> float:
+        """Bottleneck-stage times per step: (m + pp - 1) for m micro-batches."""
+        return float(self._microbatches(batch) + self.par.pp - 1)
+
+    def _pipeline_sends(self, batch: StepBatch) -> float:
+        if self.par.pp == 1:
+            return 0.0
+        m = self._microbatches(batch)
+        activation = batch.num_tokens / m * self.spec.hidden_size * ACT_BYTES
+        group = self.par.tp * self.par.pp
+        return (m + self.par.pp - 2) * p2p_s(activation, self.gpu, self.eff, group_size=group)
+
+    def _window_limit(self, num_seqs: int, context_tokens: int) -> float:
+        """The context where a sliding window not yet full saturates (reads stop growing)."""
+        points = [
+            g.attention.window_tokens * num_seqs
+            for g in self.groups
+            if g.attention.window_tokens and context_tokens < g.attention.window_tokens * num_seqs
+        ]
+        return float(min(points)) if points else float("inf")
+
+    def _gemm_flops_s(self, fmt: NumberFormat, rows: float) -> float:
+        efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
+        return self.gpu.peak(fmt.compute_dtype) * max(efficiency, 1e-3)
+
+    def _gemm(self, name: str, params: float, rows: float, fmt: NumberFormat, count: int) -> Op:
+        hidden = self.spec.hidden_size
+        act = rows * ACT_BYTES * (hidden + params / hidden)
+        return Op(
+            name,
+            2 * rows * params,
+            0.0,
+            params * fmt.bytes_per_value + act,
+            0.0,
+            self._gemm_flops_s(fmt, rows),
+            self.bandwidth * self.eff.memory_bandwidth,
+            count,
+        )
+
+    def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
+        m = self._microbatches(batch)
+        tokens = batch.num_tokens / m
+        ops: list[Op] = []
+        comm = 0.0
+        for group in self.groups:
+            ops.append(
+                self._gemm(
+                    "attn_proj", group.attn_linear_params, tokens, self.formats.linear, group.count
+                )
+            )
+            ops.extend(self._attention(group, batch, m))
+            ffn_ops, ffn_comm = self._ffn(group, tokens)
+            ops.extend(ffn_ops)
+            comm += (ffn_comm + self._attn_allreduce(tokens)) * group.count
+            ops.append(
+                Op(
+                    "elementwise",
+                    0.0,
+                    0.0,
+                    self.eff.elementwise_passes * tokens * self.spec.hidden_size * ACT_BYTES,
+                    0.0,
+                    1.0,
+                    self.bandwidth * self.eff.memory_bandwidth,
+                    group.count,
+                )
+            )
+        logits = batch.num_logit_tokens / m
+        ops.append(self._gemm("lm_head", self.head_params, logits, self.formats.other, 1))
+        return ops, {"communication": comm, "overhead": self._overhead(batch)}
+
+    def _attn_allreduce(self, tokens: float) -> float:
+        return allreduce_s(
+            tokens * self.spec.hidden_size * ACT_BYTES, self.par.tp, self.gpu, self.eff
+        )
+
+    def _attention(self, group: _Group, batch: StepBatch, m: int) -> list[Op]:
+        att, count = group.attention, group.count
+        compute = self.gpu.peak("bf16") * self.eff.attention_compute
+        memory = self.bandwidth * self.eff.attention_memory
+        kvb = self.kv.bytes_per_value
+        tp = self.par.tp
+        prefill, n = batch.prefill_tokens / m, batch.num_decode_seqs / m
+        pairs, cached = batch.prefill_attention_pairs / m, batch.prefill_context_tokens / m
+        if att.kind == "linear":
+            heads = att.linear_num_value_heads / tp
+            per_token = 6 * heads * att.linear_key_head_dim * att.linear_value_head_dim
+            state = linear_state_values(att, tp) * ACT_BYTES
+            seqs = n + batch.num_prefill_seqs / m
+            return [
+                Op(
+                    "attn_linear",
+                    per_token * (prefill + n),
+                    0.0,
+                    2 * state * seqs,
+                    0.0,
+                    compute,
+                    memory,
+                    count,
+                )
+            ]
+        heads = att.num_heads / tp
+        if att.kind == "mla":
+            latent = att.kv_lora_rank + att.qk_rope_head_dim
+            token_bytes = latent * kvb
+            nope = att.head_dim - att.qk_rope_head_dim
+            pair_flops = heads * (2 * att.head_dim + 2 * att.v_head_dim)
+            up_flops = 2 * cached * att.kv_lora_rank * heads * (nope + att.v_head_dim)
+            decode_flops = heads * (2 * latent + 2 * att.kv_lora_rank)
+        else:
+            token_bytes = 2 * kv_heads_per_rank(att, tp) * att.head_dim * kvb
+            pair_flops = 4 * heads * att.head_dim
+            up_flops = 0.0
+            decode_flops = pair_flops
+        if att.window_tokens is not None:
+            pairs = min(pairs, prefill * att.window_tokens)
+            cached = min(cached, batch.num_prefill_seqs / m * att.window_tokens)
+        io = 2 * heads * att.head_dim * ACT_BYTES
+        ops = []
+        if prefill:
+            ops.append(
+                Op(
+                    "attn_prefill",
+                    pair_flops * pairs + up_flops,
+                    0.0,
+                    token_bytes * (cached + prefill) + io * prefill,
+                    0.0,
+                    compute,
+                    memory,
+                    count,
+                )
+            )
+        if n:
+            window = att.window_tokens
+            context = batch.decode_context_tokens / m
+            if window is not None and context >= n * window:
+                ops.append(
+                    Op(
+                        "attn_decode",
+                        decode_flops * n * window,
+                        0.0,
+                        token_bytes * (n * window + n) + io * n,
+                        0.0,
+                        compute,
+                        memory,
+                        count,
+                    )
+                )
+            else:
+                ops.append(
+                    Op(
+                        "attn_decode",
+                        0.0,
+                        decode_flops,
+                        token_bytes * n + io * n,
+                        token_bytes,
+                        compute,
+                        memory,
+                        count,
+                    )
+                )
+        return ops
+
+    def _ffn(self, group: _Group, tokens: float) -> tuple[list[Op], float]:
+        """FFN operators and their per-layer communication time."""
+        ffn, count, hidden = group.ffn, group.count, self.spec.hidden_size
+        tp, act_bytes = self.par.tp, tokens * hidden * ACT_BYTES
+        if ffn.kind == "dense":
+            params = 3 * hidden * ffn.intermediate_size / tp
+            return [self._gemm("mlp", params, tokens, self.formats.linear, count)], allreduce_s(
+                act_bytes, tp, self.gpu, self.eff
+            )
+        ops = [self._gemm("router", hidden * ffn.num_experts, tokens, self.formats.other, count)]
+        if ffn.shared_intermediate_size:
+            shared = 3 * hidden * ffn.shared_intermediate_size / tp
+            ops.append(self._gemm("shared_experts", shared, tokens, self.formats.linear, count))
+        ops.append(self._experts(ffn, tokens, count))
+        if self.par.enable_expert_parallel:
+            ep = self.par.ep
+            dispatch = tokens / ep * ffn.num_experts_per_tok * hidden * ACT_BYTES
+            return ops, 2 * alltoall_s(dispatch, ep, self.gpu, self.eff)
+        return ops, allreduce_s(act_bytes, tp, self.gpu, self.eff)
+
+    def _experts(self, ffn: FfnSpec, tokens: float, count: int) -> Op:
+        ep = self.par.ep if self.par.enable_expert_parallel else 1
+        touched, share = expected_experts_touched(
+            ffn.num_experts,
+            ffn.num_experts_per_tok,
+            max(1, round(tokens)),
+            self.routing.zipf_exponent,
+            ep,
+        )
+        one = expert_params(ffn, self.spec.hidden_size) / (1 if ep > 1 else self.par.tp)
+        assignments = tokens * ffn.num_experts_per_tok * (share if ep > 1 else 1.0)
+        rows_per_expert = assignments / max(touched, 1e-9)
+        fmt = self.formats.experts
+        act = assignments * ACT_BYTES * (self.spec.hidden_size + one / self.spec.hidden_size)
+        return Op(
+            "experts",
+            2 * assignments * one,
+            0.0,
+            touched * one * fmt.bytes_per_value + act,
+            0.0,
+            self._gemm_flops_s(fmt, rows_per_expert),
+            self.bandwidth * self.eff.memory_bandwidth,
+            count,
+        )
+
+    def _overhead(self, batch: StepBatch) -> float:
+        seqs = batch.num_decode_seqs + batch.num_prefill_seqs
+        overhead = self.eff.step_overhead_s + self.eff.per_seq_overhead_s * seqs
+        eager = (
+            not self.cuda_graphs
+            or batch.prefill_tokens > 0
+            or batch.num_decode_seqs > CUDA_GRAPH_MAX_BATCH
+        )
+        if eager:
+            overhead += self.eff.eager_layer_overhead_s * self.stage_layers
+        return overhead / self._pipeline_factor(batch)
+
+    # ---- evaluation -------------------------------------------------------------------------
+
+    def _evaluate(
+        self, ops: list[Op], fixed: dict[str, float], batch: StepBatch, context: float
+    ) -> StepTime:
+        m = self._microbatches(batch)
+        factor = self._pipeline_factor(batch)
+        bounds = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
+        by_op: dict[str, float] = {}
+        for op in ops:
+            compute, memory = op.terms(context / m)
+            if compute >= memory:
+                bounds["compute"] += compute * factor
+            else:
+                bounds["memory"] += memory * factor
+            by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * factor
+        bounds["communication"] = fixed["communication"] * factor + self._pipeline_sends(batch)
+        bounds["overhead"] = fixed["overhead"] * factor
+        total = sum(bounds.values())
+        return StepTime(total, bounds, by_op)

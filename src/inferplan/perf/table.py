@@ -1,0 +1,181 @@
+"""A step-time model backed by measured operator times (a profile of real hardware).
+
+The table is a CSV with columns ``operator,num_tokens,context_tokens,time_s``: the time of one
+layer's operator (``attn_proj``, ``mlp``, ``router``, ``shared_experts``, ``experts``,
+``elementwise``, ``attn_prefill``, ``attn_decode``) or of one step's ``lm_head``, measured at a
+grid of shapes. ``attn_decode`` rows are keyed by batch size and per-sequence context,
+``attn_prefill`` rows by chunk length and cached tokens before it; other operators by tokens
+(``context_tokens`` 0). Times between grid points are linearly interpolated, and beyond the grid
+linearly extrapolated from the last two points (never below zero). Operators the table lacks,
+communication and overheads come from the roofline model, so a partial profile still works.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from inferplan.errors import InferplanError
+from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.perf.roofline import RooflineModel
+
+COLUMNS = ("operator", "num_tokens", "context_tokens", "time_s")
+LAYER_OPERATORS = (
+    "attn_proj",
+    "mlp",
+    "router",
+    "shared_experts",
+    "experts",
+    "elementwise",
+    "attn_prefill",
+    "attn_decode",
+)
+STEP_OPERATORS = ("lm_head",)
+
+
+def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+    """Linear interpolation, linear extrapolation from the end segments, clamped at 0."""
+    if len(xs) == 1:
+        return float(ys[0])
+    i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2))
+    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+    return max(0.0, float(ys[i] + slope * (x - xs[i])))
+
+
+@dataclass(frozen=True)
+class OperatorTable:
+    """Measured times: operator -> num_tokens -> (sorted contexts, times)."""
+
+    grid: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]]
+
+    def has(self, operator: str) -> bool:
+        return operator in self.grid
+
+    def time(self, operator: str, num_tokens: float, context_tokens: float = 0.0) -> float:
+        rows = self.grid[operator]
+        token_points = np.array(sorted(rows), dtype=np.float64)
+        at_tokens = np.array(
+            [_interp(context_tokens, *rows[int(t)]) for t in token_points], dtype=np.float64
+        )
+        return _interp(num_tokens, token_points, at_tokens)
+
+    def context_breakpoints(self, operator: str) -> np.ndarray:
+        points: set[float] = set()
+        for contexts, _ in self.grid.get(operator, {}).values():
+            points.update(float(c) for c in contexts)
+        return np.array(sorted(points), dtype=np.float64)
+
+
+def load_operator_table(path: Path) -> OperatorTable:
+    """Read and validate a profile CSV; errors name the file and line."""
+    try:
+        handle = path.open(newline="")
+    except OSError:
+        raise InferplanError(f"--operator-table: cannot read {path}") from None
+    raw: dict[str, dict[int, dict[float, float]]] = {}
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InferplanError(
+                f"{path}:1: missing column(s) {', '.join(missing)}; need {COLUMNS}"
+            )
+        for line, row in enumerate(reader, start=2):
+            op = row["operator"]
+            if op not in LAYER_OPERATORS + STEP_OPERATORS:
+                valid = ", ".join(LAYER_OPERATORS + STEP_OPERATORS)
+                raise InferplanError(f"{path}:{line}: unknown operator {op!r}; valid: {valid}")
+            try:
+                tokens, context = int(row["num_tokens"]), float(row["context_tokens"])
+                time_s = float(row["time_s"])
+            except (TypeError, ValueError):
+                raise InferplanError(
+                    f"{path}:{line}: num_tokens, context_tokens, time_s must be numbers"
+                ) from None
+            if tokens < 1 or context < 0 or not time_s >= 0:
+                raise InferplanError(
+                    f"{path}:{line}: need num_tokens >= 1, context >= 0, time >= 0"
+                )
+            raw.setdefault(op, {}).setdefault(tokens, {})[context] = time_s
+    if not raw:
+        raise InferplanError(f"{path}: no rows")
+    grid = {
+        op: {
+            t: (
+                np.array(sorted(ctx), dtype=np.float64),
+                np.array([ctx[c] for c in sorted(ctx)], dtype=np.float64),
+            )
+            for t, ctx in by_tokens.items()
+        }
+        for op, by_tokens in raw.items()
+    }
+    return OperatorTable(grid)
+
+
+class TableModel:
+    """Measured operator times where the table has them, the roofline elsewhere."""
+
+    def __init__(self, roofline: RooflineModel, table: OperatorTable) -> None:
+        self.roofline = roofline
+        self.table = table
+
+    def _measured(self, batch: StepBatch) -> dict[str, float]:
+        layers = self.roofline.stage_layers
+        out: dict[str, float] = {}
+        tokens = batch.num_tokens
+        for op in ("attn_proj", "mlp", "router", "shared_experts", "experts", "elementwise"):
+            if self.table.has(op) and tokens:
+                out[op] = self.table.time(op, tokens) * layers
+        if self.table.has("lm_head") and batch.num_logit_tokens:
+            out["lm_head"] = self.table.time("lm_head", batch.num_logit_tokens)
+        if self.table.has("attn_decode") and batch.num_decode_seqs:
+            per_seq = batch.decode_context_tokens / batch.num_decode_seqs
+            out["attn_decode"] = (
+                self.table.time("attn_decode", batch.num_decode_seqs, per_seq) * layers
+            )
+        if self.table.has("attn_prefill") and batch.num_prefill_seqs:
+            chunks = batch.num_prefill_seqs
+            out["attn_prefill"] = (
+                chunks
+                * layers
+                * self.table.time(
+                    "attn_prefill",
+                    batch.prefill_tokens / chunks,
+                    batch.prefill_context_tokens / chunks,
+                )
+            )
+        return out
+
+    def step_time(self, batch: StepBatch) -> StepTime:
+        base = self.roofline.step_time(batch)
+        measured = self._measured(batch)
+        by_op = {**base.by_operator_s, **measured}
+        replaced = sum(base.by_operator_s.get(op, 0.0) for op in measured)
+        bounds = dict(base.by_bound_s)
+        delta = sum(measured.values()) - replaced
+        # Measured time replaces the roofline's, split over its compute / memory shares.
+        kernel = max(bounds["compute"] + bounds["memory"], 1e-30)
+        for bound in ("compute", "memory"):
+            bounds[bound] += delta * bounds[bound] / kernel
+        return StepTime(sum(bounds.values()), bounds, by_op)
+
+    def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+        """Exact between the table's context grid points (times are piecewise linear there)."""
+        _, _, limit = self.roofline.decode_line(num_seqs, context_tokens)
+        per_seq = context_tokens / num_seqs
+        points = self.table.context_breakpoints("attn_decode")
+        later = points[points > per_seq]
+        if len(later):
+            limit = min(limit, float(later[0]) * num_seqs)
+        end = min(limit, context_tokens + max(num_seqs, 1) * 1024.0)
+        t0 = self.step_time(
+            StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
+        )
+        t1 = self.step_time(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=int(end)))
+        slope = (
+            (t1.total_s - t0.total_s) / (int(end) - context_tokens) if end > context_tokens else 0.0
+        )
+        return t0.total_s - slope * context_tokens, slope, limit

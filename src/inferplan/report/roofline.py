@@ -1,0 +1,38 @@
+"""The ``roofline`` command's terminal tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+
+def roofline_tables(result: dict[str, Any]) -> Group:
+    title = f"{result['model']} on {result['gpu']} (tp={result['tensor_parallel_size']})"
+    prefill = Table(title=f"prefill, one prompt per step: {title}", title_justify="left")
+    for col in ("input len", "step ms", "tokens/s", "bound"):
+        prefill.add_column(col, justify="right")
+    for row in result["prefill"]:
+        prefill.add_row(
+            f"{row['input_len']:,}",
+            f"{row['step_time_s'] * 1e3:,.2f}",
+            f"{row['tokens_per_s']:,.0f}",
+            row["bound"],
+        )
+    decode = Table(title="decode, one step", title_justify="left")
+    for col in ("batch", "context", "TPOT ms", "tokens/s", "bound"):
+        decode.add_column(col, justify="right")
+    for row in result["decode"]:
+        decode.add_row(
+            f"{row['batch_size']:,}",
+            f"{row['context_len']:,}",
+            f"{row['step_time_s'] * 1e3:,.2f}",
+            f"{row['tokens_per_s']:,.0f}",
+            row["bound"],
+        )
+    size = result["compute_bound_batch_size"]
+    turning = Table(title="weight GEMMs turn compute-bound at", title_justify="left")
+    turning.add_column("batch size", justify="right")
+    turning.add_row(f"{size:,}" if size else "never (<= 65,536)")
+    return Group(prefill, decode, turning)
