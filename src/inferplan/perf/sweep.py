@@ -49,13 +49,11 @@ def decode_row(model: StepTimeModel, batch_size: int, context_len: int) -> dict[
     }
 
 
-def compute_bound_batch_size(
-    model: StepTimeModel, context_len: int, limit: int = 65536
-) -> int | None:
-    """Smallest decode batch whose compute time exceeds its memory time (None if none <= limit)."""
+def compute_bound_batch_size(model: StepTimeModel, limit: int = 65536) -> int | None:
+    """Smallest decode batch whose weight GEMMs are compute-bound (None if none <= limit)."""
 
     def compute_bound(n: int) -> bool:
-        parts = model.step_time(decode_batch(n, context_len)).by_bound_s
+        parts = model.step_time(decode_batch(n, 1)).by_bound_s
         return parts["compute"] > parts["memory"]
 
     if not compute_bound(limit):
