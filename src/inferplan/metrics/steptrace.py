@@ -1,0 +1,133 @@
+"""KV-cache occupancy over time, with memory bounded however long the run.
+
+``StepTrace`` owns the time-weighted KV usage of one pool of blocks (one replica, or a cluster
+summed by its caller). The engine calls ``record(now_s, used_blocks)`` whenever usage may have
+changed (every step in exact mode, every event in fast mode); the value holds until the next
+call, i.e. usage is a step function of time. From that it keeps, in bounded memory and O(1)
+amortised time per call:
+
+- the exact time-weighted mean and the maximum of ``used_blocks / total_blocks``;
+- a downsampled series for plots of at most ``max_points`` segments. Raw segments are merged
+  pairwise (time-weighted mean, max of maxima) whenever the buffer reaches twice the cap, so the
+  series stays evenly downsampled in *record count* and each point keeps its segment's peak.
+
+The mean covers ``[first record, end]``, where ``end`` is ``summary(end_s)``'s argument or the last
+record. Fragmentation and other per-step gauges are not tracked here (yet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KvUsageSummary:
+    """Fractions of the KV blocks in use: time-weighted mean, maximum, and a plot series.
+
+    ``series_time_s[j]`` starts segment ``j``; ``series_mean[j]`` / ``series_max[j]`` are the
+    time-weighted mean and the peak usage fraction over that segment.
+    """
+
+    mean: float
+    max: float
+    series_time_s: tuple[float, ...]
+    series_mean: tuple[float, ...]
+    series_max: tuple[float, ...]
+
+
+class StepTrace:
+    """Time-weighted KV block usage of a pool of ``total_blocks`` blocks."""
+
+    def __init__(self, total_blocks: int, *, max_points: int = 500) -> None:
+        if total_blocks <= 0:
+            raise ValueError(f"total_blocks must be positive, got {total_blocks}")
+        if max_points < 1:
+            raise ValueError(f"max_points must be >= 1, got {max_points}")
+        self.total_blocks = total_blocks
+        self.max_points = max_points
+        self.num_records = 0
+        self._last_s = math.nan
+        self._last_blocks = 0
+        self._max_blocks = 0
+        self._area_block_s = 0.0  # integral of used blocks over closed segments
+        self._start_s = math.nan
+        # Closed segments: start time, end time, integral of used blocks, peak used blocks.
+        self._seg_start_s: list[float] = []
+        self._seg_end_s: list[float] = []
+        self._seg_area_block_s: list[float] = []
+        self._seg_peak_blocks: list[int] = []
+
+    def record(self, now_s: float, used_blocks: int) -> None:
+        """From ``now_s`` on, ``used_blocks`` blocks are in use. Time must not go backwards."""
+        if self.num_records == 0:
+            self._start_s = now_s
+        else:
+            if now_s < self._last_s:
+                raise ValueError(f"StepTrace: time went backwards ({now_s} < {self._last_s})")
+            self._close_segment(now_s)
+        self._last_s = now_s
+        self._last_blocks = used_blocks
+        self._max_blocks = max(self._max_blocks, used_blocks)
+        self.num_records += 1
+
+    def _close_segment(self, end_s: float) -> None:
+        area = self._last_blocks * (end_s - self._last_s)
+        self._area_block_s += area
+        self._seg_start_s.append(self._last_s)
+        self._seg_end_s.append(end_s)
+        self._seg_area_block_s.append(area)
+        self._seg_peak_blocks.append(self._last_blocks)
+        if len(self._seg_start_s) >= 2 * self.max_points:
+            self._halve()
+
+    def _halve(self) -> None:
+        merged = _pairwise(
+            self._seg_start_s, self._seg_end_s, self._seg_area_block_s, self._seg_peak_blocks
+        )
+        self._seg_start_s, self._seg_end_s, self._seg_area_block_s, self._seg_peak_blocks = merged
+
+    def summary(self, end_s: float | None = None) -> KvUsageSummary | None:
+        """Usage up to ``end_s`` (default: the last record); ``None`` if nothing was recorded."""
+        if self.num_records == 0:
+            return None
+        end = self._last_s if end_s is None else max(end_s, self._last_s)
+        starts, ends = list(self._seg_start_s), list(self._seg_end_s)
+        areas, peaks = list(self._seg_area_block_s), list(self._seg_peak_blocks)
+        tail_area = self._last_blocks * (end - self._last_s)
+        starts.append(self._last_s)
+        ends.append(end)
+        areas.append(tail_area)
+        peaks.append(self._last_blocks)
+        while len(starts) > self.max_points:
+            starts, ends, areas, peaks = _pairwise(starts, ends, areas, peaks)
+        total = float(self.total_blocks)
+        span_s = end - self._start_s
+        if span_s > 0.0:
+            mean_blocks = (self._area_block_s + tail_area) / span_s
+        else:
+            mean_blocks = float(self._last_blocks)
+        series_mean = [
+            (a / (e - s) if e > s else float(p)) / total
+            for s, e, a, p in zip(starts, ends, areas, peaks, strict=True)
+        ]
+        return KvUsageSummary(
+            mean=mean_blocks / total,
+            max=self._max_blocks / total,
+            series_time_s=tuple(starts),
+            series_mean=tuple(series_mean),
+            series_max=tuple(p / total for p in peaks),
+        )
+
+
+def _pairwise(
+    starts: list[float], ends: list[float], areas: list[float], peaks: list[int]
+) -> tuple[list[float], list[float], list[float], list[int]]:
+    """Merge neighbouring segments two by two (the last one alone if the count is odd)."""
+    idx = range(0, len(starts), 2)
+    return (
+        [starts[k] for k in idx],
+        [ends[min(k + 1, len(ends) - 1)] for k in idx],
+        [sum(areas[k : k + 2]) for k in idx],
+        [max(peaks[k : k + 2]) for k in idx],
+    )

@@ -1,0 +1,286 @@
+"""Reading a request trace file (CSV or JSONL, optionally gzipped) into a ``Workload``.
+
+Owns ``load_trace``: read the bytes, recognise the format from content (``trace_formats.py``),
+parse every row (``fields.py``) and build the columns. Modelling choices:
+
+- Rows out of arrival order are sorted with a stable sort (ties keep their file order) and the
+  ``Workload`` notes say how many moved; that is not an error.
+- Datetime arrivals (Azure) become seconds after the earliest request, which is the first row in
+  a sorted file. Numeric arrivals are kept as given (Mooncake's ms become s).
+- Formats without arrival times put every request at 0 s (``request_rate=inf`` in vLLM's terms);
+  ``synthetic.re_time`` gives them arrivals.
+- Blank lines are skipped. Every other problem (missing column, non-numeric or non-positive
+  token count, empty file, unknown format) is an ``InferplanError`` naming ``file:line``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from inferplan.errors import InferplanError
+from inferplan.workload import fields
+from inferplan.workload.request import Workload
+from inferplan.workload.trace_formats import (
+    TRACE_FORMATS,
+    TraceFormat,
+    TraceKind,
+    accepted_formats,
+    detect_format,
+)
+
+Record = dict[str, object]  # one row, keys lower-cased
+
+
+def load_trace(path: str | Path, *, trace_format: str | None = None) -> Workload:
+    """Read a trace file; its format is detected from the header or keys unless given by name."""
+    path = Path(path)
+    text = _read_text(path)
+    kind = _sniff_kind(path, text)
+    header_line, keys, records = (
+        _csv_records(path, text) if kind == "csv" else _jsonl_records(path, text)
+    )
+    fmt = _choose_format(path, kind, header_line, keys, trace_format)
+    if kind == "csv":
+        _check_columns(path, header_line, keys, fmt)
+    columns = _Columns(fmt, path)
+    for line, record in records:
+        columns.add(line, record)
+    if not columns.lines:
+        raise fields.row_error(path, header_line, "no requests in the file (only a header)")
+    return columns.to_workload()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InferplanError(f"{path}: no such trace file") from None
+    except IsADirectoryError:
+        raise InferplanError(f"{path}: is a folder, not a trace file") from None
+    except OSError as err:
+        raise InferplanError(f"{path}: cannot read the trace ({err.strerror})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):
+            raise InferplanError(f"{path}: a damaged gzip file") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise fields.row_error(path, line, "not UTF-8 text; a trace is CSV or JSON lines") from None
+
+
+def _sniff_kind(path: Path, text: str) -> TraceKind:
+    stripped = text.lstrip()
+    if not stripped:
+        raise fields.row_error(
+            path, 1, f"the file is empty; accepted formats: {accepted_formats()}"
+        )
+    line = text[: len(text) - len(stripped)].count("\n") + 1
+    if stripped[0] == "[":
+        raise fields.row_error(path, line, "a JSON array; write one JSON object per line (JSONL)")
+    return "jsonl" if stripped[0] == "{" else "csv"
+
+
+def _csv_records(path: Path, text: str) -> tuple[int, list[str], Iterator[tuple[int, Record]]]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] = []
+    try:
+        while not header:
+            header = [name.strip() for name in next(reader)]
+            header = header if any(header) else []
+    except csv.Error as err:
+        raise fields.row_error(path, reader.line_num, f"not valid CSV ({err})") from None
+    except StopIteration:
+        raise fields.row_error(path, 1, "no CSV header (only empty fields)") from None
+    header_line = reader.line_num
+    lowered = [name.lower() for name in header]
+
+    def rows() -> Iterator[tuple[int, Record]]:
+        try:
+            for row in reader:
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if len(row) != len(header):
+                    message = (
+                        f"{len(row)} fields, but the header on line {header_line} has {len(header)}"
+                    )
+                    raise fields.row_error(path, reader.line_num, message)
+                yield reader.line_num, dict(zip(lowered, row, strict=True))
+        except csv.Error as err:
+            raise fields.row_error(path, reader.line_num, f"not valid CSV ({err})") from None
+
+    return header_line, header, rows()
+
+
+def _jsonl_records(path: Path, text: str) -> tuple[int, list[str], Iterator[tuple[int, Record]]]:
+    lines = text.split("\n")
+    first = next(i for i, raw in enumerate(lines, start=1) if raw.strip())
+
+    def parse(line: int, raw: str) -> Record:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise fields.row_error(path, line, f"not valid JSON ({err.msg})") from None
+        if not isinstance(value, dict):
+            raise fields.row_error(path, line, "expected one JSON object per line")
+        return {str(key).lower(): item for key, item in value.items()}
+
+    def rows() -> Iterator[tuple[int, Record]]:
+        for line, raw in enumerate(lines, start=1):
+            if raw.strip():
+                yield line, parse(line, raw)
+
+    return first, list(parse(first, lines[first - 1])), rows()
+
+
+def _choose_format(
+    path: Path, kind: TraceKind, line: int, keys: list[str], name: str | None
+) -> TraceFormat:
+    if name is not None:
+        fmt = TRACE_FORMATS.get(name)
+        if fmt is None:
+            raise InferplanError(
+                f"unknown trace format {name!r}; one of: {', '.join(TRACE_FORMATS)}"
+            )
+        if fmt.kind != kind:
+            raise fields.row_error(
+                path, line, f"the {name} format is {fmt.kind.upper()}, this file is not"
+            )
+        return fmt
+    fmt = detect_format(kind, keys)
+    if fmt is None:
+        what = "header" if kind == "csv" else "keys"
+        shown = fields.shown_text(",".join(keys)) if keys else "(none)"
+        message = f"unknown trace format ({what}: {shown}); accepted formats: {accepted_formats()}"
+        raise fields.row_error(path, line, message)
+    return fmt
+
+
+def _check_columns(path: Path, line: int, header: list[str], fmt: TraceFormat) -> None:
+    present = {name.lower() for name in header}
+    for key in fmt.required_keys:
+        if key.lower() not in present:
+            message = (
+                f"missing column {key!r} for the {fmt.name} format, which needs "
+                f"{','.join(fmt.required_keys)} (header: {fields.shown_text(','.join(header))})"
+            )
+            raise fields.row_error(path, line, message)
+
+
+class _Columns:
+    """Accumulates parsed rows of one trace file, then builds the sorted ``Workload``."""
+
+    def __init__(self, fmt: TraceFormat, path: Path) -> None:
+        self.fmt = fmt
+        self.path = path
+        self.lines: list[int] = []
+        self.arrivals_s: list[float] = []
+        self.arrival_ticks_ns: list[int] = []  # datetime arrivals, exact
+        self.input_tokens: list[int] = []
+        self.output_tokens: list[int] = []
+        self.class_names: list[str] = []
+        self.priorities: list[int] = []  # 0 where a row has none, vLLM's default
+        self.has_priorities = False
+        self.prefix_hashes: list[tuple[int, ...]] = []
+
+    def add(self, line: int, record: Record) -> None:
+        fmt, path = self.fmt, self.path
+        raw_input = self._get(line, record, fmt.input_key)
+        self.input_tokens.append(fields.parse_tokens(raw_input, fmt.input_key, path, line))
+        raw_output = self._get(line, record, fmt.output_key)
+        self.output_tokens.append(fields.parse_tokens(raw_output, fmt.output_key, path, line))
+        if fmt.arrival_key is not None:
+            self._add_arrival(line, self._get(line, record, fmt.arrival_key))
+        if fmt.class_key is not None:
+            raw = record.get(fmt.class_key.lower(), "default")
+            self.class_names.append(fields.parse_class(raw, fmt.class_key, path, line))
+        if fmt.priority_key is not None:
+            raw = record.get(fmt.priority_key.lower())
+            self.has_priorities |= raw is not None
+            priority = (
+                0 if raw is None else fields.parse_priority(raw, fmt.priority_key, path, line)
+            )
+            self.priorities.append(priority)
+        if fmt.prefix_hash_key is not None:
+            self._add_hashes(line, record, fmt.prefix_hash_key)
+        self.lines.append(line)
+
+    def _get(self, line: int, record: Record, key: str) -> object:
+        if key.lower() not in record:
+            needs = ",".join(self.fmt.required_keys)
+            message = f"missing key {key!r} for the {self.fmt.name} format, which needs {needs}"
+            raise fields.row_error(self.path, line, message)
+        return record[key.lower()]
+
+    def _add_arrival(self, line: int, raw: object) -> None:
+        key = self.fmt.arrival_key
+        assert key is not None
+        if self.fmt.is_arrival_datetime:
+            self.arrival_ticks_ns.append(fields.parse_datetime_ns(raw, key, self.path, line))
+        else:
+            units_per_s = self.fmt.arrival_units_per_s
+            self.arrivals_s.append(fields.parse_seconds(raw, key, units_per_s, self.path, line))
+
+    def _add_hashes(self, line: int, record: Record, key: str) -> None:
+        has_hashes = key.lower() in record
+        if self.lines and has_hashes != bool(self.prefix_hashes):
+            first = self.lines[0]
+            if has_hashes:
+                message = f"has {key!r} but line {first} does not; give it on every line or none"
+            else:
+                message = f"lacks {key!r}, which line {first} has; give it on every line or none"
+            raise fields.row_error(self.path, line, message)
+        if has_hashes:
+            self.prefix_hashes.append(
+                fields.parse_hashes(record[key.lower()], key, self.path, line)
+            )
+
+    def _arrival_s(self) -> tuple[np.ndarray, tuple[str, ...]]:
+        num_requests = len(self.lines)
+        if self.fmt.arrival_key is None:
+            note = "no arrival times in the trace: every request arrives at 0 s"
+            return np.zeros(num_requests), (note,)
+        if not self.fmt.is_arrival_datetime:
+            return np.asarray(self.arrivals_s, dtype=np.float64), ()
+        earliest_ns = min(self.arrival_ticks_ns)  # Python ints: absolute ns overflow int64
+        relative_ns = np.asarray([t - earliest_ns for t in self.arrival_ticks_ns], dtype=np.int64)
+        note = f"arrival_s counts from the earliest {self.fmt.arrival_key} in the file"
+        return relative_ns / 1e9, (note,)
+
+    def to_workload(self) -> Workload:
+        arrival_s, notes = self._arrival_s()
+        order = np.argsort(arrival_s, kind="stable")
+        num_moved = int(np.count_nonzero(order != np.arange(len(order))))
+        if num_moved:
+            notes += (f"{num_moved} rows were out of arrival order; sorted (stable)",)
+        names = tuple(dict.fromkeys(self.class_names)) or ("default",)
+        index = {name: i for i, name in enumerate(names)}
+        class_ids = np.asarray([index[name] for name in self.class_names], dtype=np.int64)
+        if not self.class_names:
+            class_ids = np.zeros(len(order), dtype=np.int64)
+        priorities = (
+            np.asarray(self.priorities, dtype=np.int64)[order] if self.has_priorities else None
+        )
+        hashes = tuple(self.prefix_hashes[i] for i in order) if self.prefix_hashes else None
+        return Workload(
+            arrival_s=arrival_s[order],
+            input_tokens=np.asarray(self.input_tokens, dtype=np.int64)[order],
+            output_tokens=np.asarray(self.output_tokens, dtype=np.int64)[order],
+            class_ids=class_ids[order],
+            class_names=names,
+            priorities=priorities,
+            prefix_hashes=hashes,
+            prefix_block_tokens=self.fmt.prefix_block_tokens if hashes is not None else None,
+            source=self.path.name,
+            notes=(f"format {self.fmt.name}", *notes),
+        )
