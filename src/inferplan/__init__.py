@@ -1,3 +1,3 @@
-"""inferplan: a capacity planner for LLM inference built on a fast, trace-driven serving simulator."""
+"""inferplan: capacity planner for LLM inference on a fast, trace-driven serving simulator."""
 
 __version__ = "0.1.0"

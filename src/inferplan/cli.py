@@ -12,20 +12,27 @@ from typing import Any
 
 import click
 
+from inferplan.engine.policies import POLICIES, ROUTERS
+from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
+from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.metrics.summary import summarize
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.moe import Routing
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.console import console
 from inferplan.report.memory import memory_json, memory_tables
+from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
+from inferplan.report.simulate import simulate_tables
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import ENGINES, engine_defaults
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism
+from inferplan.workload import build_workload
 
 
 @click.group(
@@ -278,6 +285,184 @@ def roofline(
         _print_json(result)
     else:
         console().print(roofline_tables(result))
+
+
+def workload_options(func: Any) -> Any:
+    """``vllm bench serve``'s dataset and load flags."""
+    options = [
+        click.option(
+            "--dataset-name",
+            default="random",
+            show_default=True,
+            help="random|trace|servegen|reasoning",
+        ),
+        click.option(
+            "--dataset-path",
+            default=None,
+            help="Trace file or bundled trace name (see README)",
+        ),
+        click.option("--num-prompts", type=int, default=None, help="Requests (default 1000)"),
+        click.option("--random-input-len", type=int, default=None),
+        click.option("--random-output-len", type=int, default=None),
+        click.option("--random-range-ratio", type=float, default=None),
+        click.option(
+            "--request-rate",
+            type=float,
+            default=None,
+            help="Requests/s (default inf: all at once; traces keep their times)",
+        ),
+        click.option(
+            "--burstiness",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Gamma shape of inter-arrivals (1 = Poisson)",
+        ),
+        click.option(
+            "--max-concurrency",
+            type=int,
+            default=None,
+            help="Client-side cap on requests in flight",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _goodput(pairs: tuple[str, ...]) -> dict[str, float] | None:
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise InferplanError(
+                f"--goodput: expected metric:ms (e.g. ttft:500), got {pair!r}"
+            ) from None
+        if not sep:
+            raise InferplanError(f"--goodput: expected metric:ms (e.g. ttft:500), got {pair!r}")
+    return out
+
+
+@app.command()
+@deployment_options
+@workload_options
+@click.option(
+    "--scheduler",
+    type=click.Choice(SCHEDULERS),
+    default="continuous",
+    show_default=True,
+    help="Continuous (iteration-level) or static batching",
+)
+@click.option(
+    "--preemption-mode", type=click.Choice(PREEMPTION_MODES), default="recompute", show_default=True
+)
+@click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
+@click.option("--data-parallel-size", "-dp", type=int, default=1, show_default=True)
+@click.option(
+    "--router", type=click.Choice(tuple(ROUTERS)), default="round_robin", show_default=True
+)
+@click.option("--exact", is_flag=True, help="Step every iteration (the reference mode)")
+@click.option("--metric-percentiles", default="99", show_default=True)
+@click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
+@click.option("--moe-skew", type=float, default=0.0, show_default=True)
+@json_option
+def simulate(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    enable_expert_parallel: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    block_size: int | None,
+    engine: str,
+    dataset_name: str,
+    dataset_path: str | None,
+    num_prompts: int | None,
+    random_input_len: int | None,
+    random_output_len: int | None,
+    random_range_ratio: float | None,
+    request_rate: float | None,
+    burstiness: float,
+    max_concurrency: int | None,
+    seed: int,
+    scheduler: str,
+    preemption_mode: str,
+    scheduling_policy: str,
+    data_parallel_size: int,
+    router: str,
+    exact: bool,
+    metric_percentiles: str,
+    goodput: tuple[str, ...],
+    moe_skew: float,
+    json_out: bool,
+) -> None:
+    """Replay a workload on replicas of a deployment; report what users would measure."""
+    plan = build_memory_plan(
+        model,
+        gpu,
+        tp,
+        pp,
+        enable_expert_parallel,
+        quantization,
+        kv_cache_dtype,
+        max_model_len,
+        gpu_memory_utilization,
+        max_num_batched_tokens,
+        max_num_seqs,
+        block_size,
+        engine,
+    )
+    if not plan.fits:
+        raise DoesNotFitError(does_not_fit_message(plan))
+    workload = build_workload(
+        dataset_name,
+        dataset_path=dataset_path,
+        num_prompts=num_prompts,
+        random_input_len=random_input_len,
+        random_output_len=random_output_len,
+        random_range_ratio=random_range_ratio,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        seed=seed,
+    )
+    options = ServingOptions(
+        scheduler=scheduler,
+        preemption_mode=preemption_mode,
+        scheduling_policy=scheduling_policy,
+        data_parallel_size=data_parallel_size,
+        router=router,
+        max_concurrency=max_concurrency,
+        exact=exact,
+    )
+    step_model = build_step_model(plan, routing=Routing(moe_skew))
+    percentiles = [float(p) for p in metric_percentiles.split(",") if p.strip()]
+    with progress_bar(workload.num_requests, enabled=not json_out) as advance:
+        result = run_simulation(plan, step_model, workload, options, advance)
+    traces = result.traces
+    summary = summarize(
+        result.records,
+        result.itl,
+        duration_s=result.duration_s,
+        percentiles=percentiles,
+        goodput_slo_ms=_goodput(goodput),
+        kv_usage=traces[0] if len(traces) == 1 else None,
+    )
+    summary["num_steps"] = result.num_steps
+    summary["data_parallel_size"] = data_parallel_size
+    if json_out:
+        _print_json(summary)
+    else:
+        console().print(simulate_tables(summary))
 
 
 @app.command()

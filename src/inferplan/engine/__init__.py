@@ -1,0 +1,1 @@
+"""Engine: the event loop and replicas (scheduler + KV pool + step-time model)."""

@@ -1,0 +1,402 @@
+"""One replica: the vLLM v1 scheduler, its paged KV pool, and the steps it runs.
+
+A step follows vLLM v1's ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``):
+
+1. **Running pass**, in admission order: each request is given ``num_tokens - num_computed``
+   tokens (1 for a decode, the rest of its prompt for a prefill) capped by the remaining token
+   budget, and the KV blocks ``ceil((computed + new) / block) - held``. When the pool cannot
+   supply them, the last-admitted request is preempted (recompute: its blocks are freed, it
+   restarts from scratch at the head of the waiting queue; or swap: its KV goes to host memory
+   over the host link) until the request fits or is itself the victim.
+2. **Waiting pass**, only if nothing was preempted: swapped-out requests first, then the queue
+   head, while the budget lasts, ``max_num_seqs`` allows and its first chunk's blocks fit; a head
+   that does not fit blocks those behind it (vLLM's head-of-line rule).
+3. The step's time comes from the step-time model; at its end every request whose computed
+   tokens reach its token count samples one token (a final prefill chunk emits the first token).
+
+``--scheduler static`` admits a new batch only when the running set is empty and reserves each
+request's whole prompt + output, so nothing is preempted: request-level batching.
+
+Between events a pure-decode batch is constant, so ``advance_decode`` runs a whole stretch of
+steps in closed form (DESIGN §4): it ends at the first finishing sequence, the step that starts
+at or after the next arrival, the step whose block allocation would fail, or where the step-time
+line stops holding. ``exact`` mode runs the same steps one at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.running import RunningSet
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.perf.batch import StepBatch
+from inferplan.perf.protocol import StepTimeModel
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    preemption_mode: str = "recompute"  # or "swap"
+    scheduler: str = "continuous"  # or "static"
+    kv_block_bytes: float = 0.0  # one block, every layer, per device (for swap traffic)
+    host_link_bytes_s: float = 64e9
+
+
+@dataclass
+class _Plan:
+    """What the schedule phase decided for one step."""
+
+    sched: np.ndarray  # tokens per running row
+    swap_s: float = 0.0
+    preempted: bool = False
+
+
+class Replica:
+    """A replica's scheduler state and KV pool; its verbs run steps and advance time."""
+
+    def __init__(
+        self,
+        index: int,
+        cfg: SchedulerConfig,
+        model: StepTimeModel,
+        records: RequestRecords,
+        prompt_tokens: np.ndarray,
+        waiting: WaitingQueue,
+        itl: ItlHistogram,
+        trace: StepTrace,
+    ) -> None:
+        self.index, self.cfg, self.model = index, cfg, model
+        self.records, self.prompt_tokens = records, prompt_tokens
+        self.waiting, self.itl, self.trace = waiting, itl, trace
+        self.target_tokens = records.requested_tokens
+        self.running = RunningSet()
+        self.swapped: deque[tuple[int, int, int, int]] = deque()  # id, computed, tokens, blocks
+        self.free_blocks = cfg.num_blocks
+        self.now = 0.0
+        self.num_steps = 0
+        self.on_finish: list[int] = []  # ids finished in the last step (for the client)
+
+    # ---- state ----------------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return bool(len(self.running) or len(self.waiting) or self.swapped)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.running) + len(self.waiting) + len(self.swapped)
+
+    @property
+    def used_blocks(self) -> int:
+        return self.cfg.num_blocks - self.free_blocks
+
+    def check_invariants(self) -> None:
+        """Blocks are conserved and every running request holds what its KV needs."""
+        held = int(self.running.held_blocks.sum()) + 0
+        assert held + self.free_blocks == self.cfg.num_blocks, "KV blocks not conserved"
+        need = -(-self.running.num_computed // self.cfg.block_size)
+        assert np.all(self.running.held_blocks >= need), "a request lacks blocks for its KV"
+        assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
+
+    def add_request(self, request_id: int) -> None:
+        self.waiting.push(request_id, num_tokens=int(self.prompt_tokens[request_id]))
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Schedule and run one engine step; advance ``now`` by its time."""
+        plan = self._schedule_running()
+        if not plan.preempted:
+            plan = self._schedule_waiting(plan)
+        if not np.any(plan.sched):
+            self.now += plan.swap_s
+            return
+        batch = self._batch(plan.sched)
+        duration = self.model.step_time(batch).total_s + plan.swap_s
+        self.trace.record(self.now, self.used_blocks)
+        self.now += duration
+        self.num_steps += 1
+        self._finish_step(plan.sched, duration)
+
+    def _blocks_for(self, tokens: np.ndarray) -> np.ndarray:
+        return -(-tokens // self.cfg.block_size)
+
+    def _schedule_running(self) -> _Plan:
+        run = self.running
+        need = run.num_tokens - run.num_computed
+        budget = self.cfg.max_num_batched_tokens
+        cum = np.cumsum(need)
+        sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
+        new_blocks = np.maximum(self._blocks_for(run.num_computed + sched) - run.held_blocks, 0)
+        if int(new_blocks.sum()) <= self.free_blocks:
+            self.free_blocks -= int(new_blocks.sum())
+            run.held_blocks = run.held_blocks + new_blocks
+            return _Plan(sched)
+        return self._schedule_running_with_preemption()
+
+    def _schedule_running_with_preemption(self) -> _Plan:
+        """The running pass one request at a time, preempting the last-admitted on failure."""
+        run, budget = self.running, self.cfg.max_num_batched_tokens
+        swap_s = 0.0
+        i = 0
+        while i < len(run) and budget > 0:
+            n = min(int(run.num_tokens[i] - run.num_computed[i]), budget)
+            needed = max(
+                int(self._blocks_for(run.num_computed[i : i + 1] + n)[0]) - int(run.held_blocks[i]),
+                0,
+            )
+            while needed > self.free_blocks:
+                is_self = len(run) - 1 == i
+                swap_s += self._preempt_last()
+                if is_self:
+                    return self._plan_from_running(swap_s, stop=i)
+            self.free_blocks -= needed
+            run.held_blocks[i] += needed
+            budget -= n
+            i += 1
+        return self._plan_from_running(swap_s, stop=i)
+
+    def _plan_from_running(self, swap_s: float, stop: int) -> _Plan:
+        """The schedule after a sequential pass that granted rows before ``stop``."""
+        run = self.running
+        need = run.num_tokens - run.num_computed
+        cum = np.cumsum(need)
+        sched = np.minimum(need, np.maximum(self.cfg.max_num_batched_tokens - (cum - need), 0))
+        sched[stop:] = 0
+        return _Plan(sched, swap_s=swap_s, preempted=True)
+
+    def _preempt_last(self) -> float:
+        """Preempt the last-admitted running request; the seconds its swap-out takes."""
+        rid, computed, tokens, held = self.running.pop_last()
+        self.free_blocks += held
+        self.records.num_preemptions[rid] += 1
+        if self.cfg.preemption_mode == "swap":
+            self.swapped.appendleft((rid, computed, tokens, held))
+            moved = held * self.cfg.kv_block_bytes
+            self.records.swapped_bytes[rid] += int(moved)
+            return moved / self.cfg.host_link_bytes_s
+        self.records.recomputed_tokens[rid] += computed
+        self.waiting.push_front(rid, num_tokens=tokens)
+        return 0.0
+
+    def _schedule_waiting(self, plan: _Plan) -> _Plan:
+        cfg, run = self.cfg, self.running
+        budget = cfg.max_num_batched_tokens - int(plan.sched.sum())
+        sched = list(plan.sched)
+        swap_s = plan.swap_s
+        while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
+            rid, computed, tokens, held = self.swapped[0]
+            n = min(tokens - computed, budget)
+            blocks = max(int(self._blocks_for(np.array([computed + n]))[0]), held)
+            if blocks > self.free_blocks:
+                break
+            self.swapped.popleft()
+            self.free_blocks -= blocks
+            run.append(
+                rid,
+                computed,
+                tokens,
+                self._generated(rid, tokens),
+                self._target(rid),
+                blocks,
+                self.now,
+            )
+            sched.append(n)
+            budget -= n
+            swap_s += held * cfg.kv_block_bytes / cfg.host_link_bytes_s
+            self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
+        if cfg.scheduler == "static" and len(run):
+            return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+        while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
+            rid, tokens = self.waiting.peek()
+            n = min(tokens, budget)
+            blocks = self._admission_blocks(rid, tokens, n)
+            if blocks > self.free_blocks:
+                break
+            self.waiting.pop()
+            held = int(self._blocks_for(np.array([n]))[0])
+            self.free_blocks -= held
+            if math.isnan(self.records.first_scheduled_s[rid]):
+                self.records.first_scheduled_s[rid] = self.now
+            run.append(
+                rid, 0, tokens, self._generated(rid, tokens), self._target(rid), held, self.now
+            )
+            sched.append(n)
+            budget -= n
+        return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+
+    def _admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
+        """Blocks admission needs: the first chunk's (continuous), or the whole request's
+        prompt + output (static batching reserves it all up front)."""
+        if self.cfg.scheduler == "static":
+            total = int(self.prompt_tokens[rid] + self.target_tokens[rid])
+            run = self.running
+            ends = self.prompt_tokens[run.ids] + run.target
+            reserved = int((self._blocks_for(ends) - run.held_blocks).sum())
+            return int(self._blocks_for(np.array([total]))[0]) + reserved
+        return int(self._blocks_for(np.array([chunk]))[0])
+
+    def _generated(self, rid: int, num_tokens: int) -> int:
+        return int(num_tokens - self.prompt_tokens[rid])
+
+    def _target(self, rid: int) -> int:
+        return int(self.target_tokens[rid])
+
+    def _batch(self, sched: np.ndarray) -> StepBatch:
+        run = self.running
+        active = sched > 0
+        decode = active & (sched == 1) & (run.num_computed > 0)
+        prefill = active & ~decode
+        q, o = sched[prefill], run.num_computed[prefill]
+        return StepBatch(
+            prefill_tokens=int(q.sum()),
+            prefill_attention_pairs=float((q * o + q * (q + 1) / 2).sum()),
+            prefill_context_tokens=int(o.sum()),
+            num_prefill_seqs=int(prefill.sum()),
+            num_decode_seqs=int(decode.sum()),
+            decode_context_tokens=int((run.num_computed[decode] + 1).sum()),
+        )
+
+    def _finish_step(self, sched: np.ndarray, duration: float) -> None:
+        run = self.running
+        run.num_computed = run.num_computed + sched
+        emits = (sched > 0) & (run.num_computed == run.num_tokens)
+        self._emit(np.flatnonzero(emits), duration)
+
+    def _emit(self, rows: np.ndarray, duration: float) -> None:
+        """Rows sample one token at ``now`` (the end of a step lasting ``duration``)."""
+        run, rec, now = self.running, self.records, self.now
+        if len(rows) == 0:
+            return
+        ids = run.ids[rows]
+        first = run.num_generated[rows] == 0
+        gaps = now - run.last_token_s[rows]
+        later = ~first
+        if np.any(later):
+            self._record_gaps(ids[later], gaps[later], duration)
+        rec.first_token_s[ids[first]] = now
+        run.num_generated[rows] += 1
+        run.num_tokens[rows] += 1
+        run.last_token_s[rows] = now
+        done = run.num_generated[rows] >= run.target[rows]
+        if np.any(done):
+            self._finish(rows[done])
+
+    def _record_gaps(self, ids: np.ndarray, gaps: np.ndarray, duration: float) -> None:
+        rec = self.records
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], gaps)
+        same = gaps == duration
+        if np.any(same):
+            self.itl.add(duration, float(same.sum()))
+        for gap in gaps[~same]:
+            self.itl.add(float(gap))
+
+    def _finish(self, rows: np.ndarray) -> None:
+        run, rec = self.running, self.records
+        ids = run.ids[rows]
+        rec.finish_s[ids] = self.now
+        rec.output_tokens[ids] = run.num_generated[rows]
+        rec.status[ids] = int(RequestStatus.COMPLETED)
+        self.free_blocks += int(run.held_blocks[rows].sum())
+        keep = np.ones(len(run), dtype=np.bool_)
+        keep[rows] = False
+        run.keep(keep)
+        self.on_finish.extend(int(i) for i in ids)
+
+    # ---- a decode stretch in closed form ----------------------------------------------------
+
+    def can_stretch(self) -> bool:
+        """A pure-decode batch that nothing waiting can join until an event."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        if n == 0 or n > cfg.max_num_batched_tokens or self.swapped or not run.all_decoding:
+            return False
+        if not len(self.waiting) or n >= cfg.max_num_seqs or cfg.scheduler == "static":
+            return True
+        leftover = cfg.max_num_batched_tokens - n
+        if leftover <= 0:
+            return True
+        rid, tokens = self.waiting.peek()
+        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
+        return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
+            self.free_blocks - crossing
+        )
+
+    def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float]:
+        """(steps k, a, b): the stretch length and its step-time line ``a + b*C``."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        context = int((run.num_computed + 1).sum())
+        a, b, limit = self.model.decode_line(n, context)
+        k = int((run.target - run.num_generated).min())
+        offsets = np.sort((-run.num_computed) % cfg.block_size)
+        k = min(k, (self.free_blocks // n) * cfg.block_size + int(offsets[self.free_blocks % n]))
+        if math.isfinite(limit):
+            k = min(k, max(0, math.ceil((limit - context) / n)))
+        if math.isfinite(next_arrival_s):
+            k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
+        return k, a, b
+
+    def advance_decode(self, k: int, a: float, b: float) -> None:
+        """Run ``k`` decode steps of the current batch at once."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        context = int((run.num_computed + 1).sum())
+        first = a + b * context
+        step = b * n
+        total = k * a + b * (k * context + n * k * (k - 1) / 2)
+        self.trace.record(self.now, self.used_blocks)
+        gaps = self.now + first - run.last_token_s
+        run.num_computed = run.num_computed + k
+        new_held = -(-run.num_computed // cfg.block_size)
+        self.free_blocks -= int((new_held - run.held_blocks).sum())
+        run.held_blocks = new_held
+        run.num_generated = run.num_generated + k
+        run.num_tokens = run.num_tokens + k
+        self._stretch_itl(gaps, first, step, k)
+        self.now += total
+        self.num_steps += k
+        run.last_token_s = np.full(n, self.now)
+        done = run.num_generated >= run.target
+        if np.any(done):
+            self._finish(np.flatnonzero(done))
+
+    def _stretch_itl(self, gaps: np.ndarray, first: float, step: float, k: int) -> None:
+        run, rec = self.running, self.records
+        last = first + (k - 1) * step
+        rec.max_itl_s[run.ids] = np.fmax(rec.max_itl_s[run.ids], np.maximum(gaps, last))
+        same = gaps == first
+        self.itl.add_arithmetic(first, step, k, float(same.sum()))
+        for gap in gaps[~same]:
+            self.itl.add(float(gap))
+            self.itl.add_arithmetic(first + step, step, k - 1)
+
+
+def _steps_before(window_s: float, a: float, b: float, context: int, n: int) -> int:
+    """Steps that start before ``window_s`` from now: the smallest ``i`` with ``S(i) >= window_s``,
+    where ``S(i) = i*a + b*(i*C + n*i*(i-1)/2)`` is the time ``i`` steps take."""
+    if window_s <= 0:
+        return 0
+
+    def elapsed(i: int) -> float:
+        return i * a + b * (i * context + n * i * (i - 1) / 2)
+
+    qa, qb = b * n / 2, a + b * context - b * n / 2
+    root = math.sqrt(qb * qb + 4 * qa * window_s)
+    guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb
+    i = max(0, math.ceil(guess) - 2)
+    while elapsed(i) < window_s:
+        i += 1
+    while i > 0 and elapsed(i - 1) >= window_s:
+        i -= 1
+    return i

@@ -1,0 +1,73 @@
+"""From a memory plan, a step-time model and a workload to a finished simulation.
+
+The scheduler's limits come from the plan (KV blocks, block size, token budget, max sequences,
+max model length); swap traffic uses one block's bytes over the GPU's host link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferplan.engine.replica import SchedulerConfig
+from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryPlan
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.request import Workload
+
+SCHEDULERS = ("continuous", "static")
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    scheduler: str = "continuous"
+    preemption_mode: str = "recompute"
+    scheduling_policy: str = "fcfs"
+    data_parallel_size: int = 1
+    router: str = "round_robin"
+    max_concurrency: int | None = None
+    exact: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise InferplanError(f"--scheduler: valid: {', '.join(SCHEDULERS)}")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise InferplanError(f"--preemption-mode: valid: {', '.join(PREEMPTION_MODES)}")
+        if self.data_parallel_size < 1:
+            raise InferplanError(
+                f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
+            )
+
+
+def simulate(
+    plan: MemoryPlan,
+    model: StepTimeModel,
+    workload: Workload,
+    options: ServingOptions,
+    on_progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    cfg = plan.config
+    host_link = plan.gpu.host_link_bytes_s or 32e9
+    block_bytes = plan.worst_stage.kv_bytes_per_token * cfg.block_size
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_num_seqs=cfg.max_num_seqs,
+        block_size=cfg.block_size,
+        num_blocks=plan.num_blocks,
+        preemption_mode=options.preemption_mode,
+        scheduler=options.scheduler,
+        kv_block_bytes=block_bytes,
+        host_link_bytes_s=host_link,
+    )
+    sim_cfg = SimulationConfig(
+        scheduler=scheduler,
+        max_model_len=plan.max_model_len,
+        data_parallel_size=options.data_parallel_size,
+        router=options.router,
+        scheduling_policy=options.scheduling_policy,
+        max_concurrency=options.max_concurrency,
+        exact=options.exact,
+    )
+    return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)

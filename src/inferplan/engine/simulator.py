@@ -1,0 +1,177 @@
+"""The event loop: arrivals, routing to replicas, and replicas' steps in time order.
+
+The loop keeps one clock per replica (when its next step starts). It repeatedly takes the
+earliest of: the next arrival (routed when every busy replica has reached its time, so the
+router sees their state then), or the earliest busy replica's next step, which runs one step or,
+in fast mode, a whole pure-decode stretch that stops before the next arrival. Same-time ordering
+is defined once: an arrival at time t is seen by any step that starts at t or later.
+
+Client side, as ``vllm bench serve``: a request is sent at its trace time; with
+``--max-concurrency`` it waits until fewer than that many are in flight, and its latency clock
+starts when it is sent to the server. Requests whose prompt + output exceed ``--max-model-len``
+are rejected at arrival (the OpenAI server's check).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
+from inferplan.engine.replica import Replica, SchedulerConfig
+from inferplan.errors import InferplanError
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.request import Workload
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    scheduler: SchedulerConfig
+    max_model_len: int
+    data_parallel_size: int = 1
+    router: str = "round_robin"
+    scheduling_policy: str = "fcfs"
+    max_concurrency: int | None = None
+    exact: bool = False
+
+
+@dataclass
+class SimulationResult:
+    records: RequestRecords
+    itl: ItlHistogram
+    traces: list[StepTrace]
+    duration_s: float
+    num_steps: int
+
+
+def _records_for(workload: Workload) -> RequestRecords:
+    rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
+    rec.dispatch_s[:] = workload.arrival_s
+    rec.input_tokens[:] = workload.input_tokens
+    rec.class_ids[:] = workload.class_ids
+    assert rec.requested_output_tokens is not None
+    rec.requested_output_tokens[:] = workload.output_tokens
+    return rec
+
+
+class Simulation:
+    """One run: the replicas, the client, and the clock."""
+
+    def __init__(self, workload: Workload, cfg: SimulationConfig, model: StepTimeModel) -> None:
+        if cfg.router not in ROUTERS:
+            raise InferplanError(
+                f"--router: unknown router {cfg.router!r}; valid: {', '.join(ROUTERS)}"
+            )
+        if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
+            raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
+        self.workload, self.cfg = workload, cfg
+        self.records = _records_for(workload)
+        self.itl = ItlHistogram()
+        keys = policy_keys(
+            cfg.scheduling_policy, workload.arrival_s, workload.priorities, workload.output_tokens
+        )
+        self.replicas = [
+            Replica(
+                i,
+                cfg.scheduler,
+                model,
+                self.records,
+                workload.input_tokens,
+                WaitingQueue(cfg.scheduling_policy, keys),
+                self.itl,
+                StepTrace(cfg.scheduler.num_blocks),
+            )
+            for i in range(cfg.data_parallel_size)
+        ]
+        self.next_request = 0
+        self.in_flight = 0
+        self.slot_free_s = 0.0
+        self.num_routed = 0
+        self.num_done = 0
+
+    def _next_arrival_s(self) -> float:
+        if self.next_request >= self.workload.num_requests:
+            return math.inf
+        limit = self.cfg.max_concurrency
+        if limit is not None and self.in_flight >= limit:
+            return math.inf
+        return max(float(self.workload.arrival_s[self.next_request]), self.slot_free_s)
+
+    def _arrive(self, now: float) -> None:
+        rid = self.next_request
+        self.next_request += 1
+        rec = self.records
+        rec.arrival_s[rid] = now
+        total = int(self.workload.input_tokens[rid] + self.workload.output_tokens[rid])
+        if total > self.cfg.max_model_len:
+            rec.status[rid] = int(RequestStatus.REJECTED)
+            self.num_done += 1
+            return
+        self.in_flight += 1
+        index = ROUTERS[self.cfg.router](self.replicas, self.num_routed)
+        self.num_routed += 1
+        replica = self.replicas[index]
+        if not replica.has_work:
+            replica.now = max(replica.now, now)
+        replica.add_request(rid)
+
+    def _advance(self, replica: Replica, next_arrival_s: float) -> None:
+        if not self.cfg.exact and replica.can_stretch():
+            k, a, b = replica.stretch_steps(next_arrival_s)
+            if k > 0:
+                replica.advance_decode(k, a, b)
+                return
+        replica.step()
+
+    def _collect(self, replica: Replica) -> int:
+        done = len(replica.on_finish)
+        if done:
+            self.in_flight -= done
+            self.num_done += done
+            self.slot_free_s = replica.now
+            replica.on_finish.clear()
+        return done
+
+    def run(
+        self,
+        on_progress: Callable[[int], None] | None = None,
+        check: Callable[[Replica], None] | None = None,
+    ) -> SimulationResult:
+        while True:
+            arrival = self._next_arrival_s()
+            busy = [r for r in self.replicas if r.has_work]
+            if not busy and math.isinf(arrival):
+                break
+            replica = min(busy, key=lambda r: (r.now, r.index)) if busy else None
+            if replica is None or arrival <= replica.now:
+                before = self.num_done
+                self._arrive(arrival)
+                if on_progress and self.num_done > before:
+                    on_progress(self.num_done - before)
+                continue
+            self._advance(replica, arrival)
+            if check is not None:
+                check(replica)
+            done = self._collect(replica)
+            if on_progress and done:
+                on_progress(done)
+        return self._result()
+
+    def _result(self) -> SimulationResult:
+        rec = self.records
+        ends = rec.finish_s[np.isfinite(rec.finish_s)]
+        start = float(rec.dispatch_s.min()) if rec.num_requests else 0.0
+        duration = float(ends.max()) - start if len(ends) else 0.0
+        return SimulationResult(
+            records=rec,
+            itl=self.itl,
+            traces=[r.trace for r in self.replicas],
+            duration_s=duration,
+            num_steps=sum(r.num_steps for r in self.replicas),
+        )
