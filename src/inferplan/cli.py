@@ -136,9 +136,13 @@ def build_memory_plan(
         kv_cache_dtype=kv_cache_dtype,
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
-        max_num_seqs=max_num_seqs or defaults.max_num_seqs,
-        block_size=block_size or defaults.block_size,
+        max_num_batched_tokens=(
+            defaults.max_num_batched_tokens
+            if max_num_batched_tokens is None
+            else max_num_batched_tokens
+        ),
+        max_num_seqs=defaults.max_num_seqs if max_num_seqs is None else max_num_seqs,
+        block_size=defaults.block_size if block_size is None else block_size,
     )
     if max_num_batched_tokens is not None and max_num_batched_tokens < 1:
         raise InferplanError(

@@ -244,6 +244,10 @@ def check_sharding(spec: ModelSpec, par: Parallelism) -> None:
                 f"-tp {tp}: does not divide the {heads} attention heads of {spec.name}; "
                 f"valid: {_divisors(heads)}"
             )
+        if att.kind == "gqa" and tp <= att.num_kv_heads and att.num_kv_heads % tp:
+            raise InferplanError(
+                f"-tp {tp}: does not divide the {att.num_kv_heads} KV heads of {spec.name}"
+            )
         if att.kind == "gqa" and tp > att.num_kv_heads and tp % att.num_kv_heads:
             raise InferplanError(
                 f"-tp {tp}: must be a multiple of the {att.num_kv_heads} KV heads when larger"

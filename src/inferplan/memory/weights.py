@@ -91,17 +91,22 @@ def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightForma
     """One FFN block's bytes on one rank."""
     if ffn.kind == "dense":
         return fmt.linear.bytes_for(_div(3 * hidden * ffn.intermediate_size, par.tp))
-    one = expert_params(ffn, hidden)
+    one = 3 * hidden * ffn.intermediate_size  # the matrices; biases stay in the model dtype
+    bias = expert_params(ffn, hidden) - one
     if par.enable_expert_parallel:
         routed = _div(ffn.num_experts, par.ep) * one
+        routed_bias = _div(ffn.num_experts, par.ep) * bias
     else:
         routed = _div(ffn.num_experts * one, par.tp)
+        routed_bias = _div(ffn.num_experts * bias, par.tp)
     shared = _div(3 * hidden * ffn.shared_intermediate_size, par.tp)
     router = (
         hidden * ffn.num_experts + ffn.router_bias_size + (hidden if ffn.has_shared_gate else 0)
     )
     return (
-        fmt.experts.bytes_for(routed) + fmt.linear.bytes_for(shared) + fmt.other.bytes_for(router)
+        fmt.experts.bytes_for(routed)
+        + fmt.linear.bytes_for(shared)
+        + fmt.other.bytes_for(router + routed_bias)
     )
 
 

@@ -84,7 +84,7 @@ def _bundled_config(short: str) -> dict[str, object]:
 
 def load_model(name: str) -> ModelSpec:
     """A ModelSpec from a bundled name or a ``config.json`` path."""
-    short = resolve_model_name(name)
+    short = None if Path(name).exists() else resolve_model_name(name)
     if short is not None:
         return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
     path = Path(name)
@@ -93,7 +93,8 @@ def load_model(name: str) -> ModelSpec:
     if path.suffix == ".json" or path.exists():
         return _load_config_file(path)
     close = difflib.get_close_matches(name.lower(), list(_bundled_lookup()), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(_bundled_lookup()[c] for c in close)}?" if close else ""
+    names = dict.fromkeys(_bundled_lookup()[c] for c in close)
+    hint = f"; did you mean {', '.join(names)}?" if names else ""
     raise InferplanError(
         f"--model: {name!r} is neither a bundled model nor a config.json path{hint} "
         "(`inferplan models` lists the bundled ones)"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,7 +73,7 @@ class _Accelerator(BaseModel):
     vendor: str = "unknown"
     architecture: str = "unknown"
     memory: _Memory
-    compute_dense_tflops: dict[str, float | None]
+    compute_dense_tflops: dict[str, Annotated[float, Field(gt=0)] | None]
     scale_up: _Link = Field(default_factory=_Link)
     host_link: _Link = Field(default_factory=_Link)
     scale_out_typical: _ScaleOut = Field(default_factory=_ScaleOut)
@@ -115,7 +115,8 @@ _FALLBACK: dict[str, tuple[str, ...]] = {
     "int8": ("int8", "bf16", "fp16"),
     "bf16": ("bf16", "fp16"),
     "fp16": ("fp16", "bf16"),
-    "tf32": ("tf32", "fp32"),
+    "tf32": ("tf32", "fp32", "bf16", "fp16"),
+    "fp32": ("fp32", "tf32", "bf16", "fp16"),
 }
 
 
@@ -127,11 +128,12 @@ def _default_price(prices: list[dict[str, Any]]) -> float | None:
     return float(statistics.median(pool)) if pool else None
 
 
-def _to_spec(key: str, acc: _Accelerator) -> GpuSpec:
-    peaks = {k: float(v) * 1e12 for k, v in acc.compute_dense_tflops.items() if v}
+def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
+    peaks = {k: float(v) * 1e12 for k, v in acc.compute_dense_tflops.items() if v is not None}
     if not any(k in peaks for k in ("bf16", "fp16", "fp8", "fp32", "tf32")):
         raise InferplanError(
-            f"GPU {key!r}: compute_dense_tflops needs at least one of bf16, fp16, fp8, fp32"
+            f"{source}: accelerator {key!r}: compute_dense_tflops needs at least one of "
+            "bf16, fp16, fp8, fp32, tf32"
         )
     memory_bytes = (
         acc.memory.usable_gib * GIB if acc.memory.usable_gib else acc.memory.capacity_gb * 1e9
@@ -175,7 +177,7 @@ def _parse_catalog(data: Any, source: str) -> dict[str, GpuSpec]:
             raise InferplanError(
                 f"{source}: accelerator {key!r}: {where}: {first['msg']}"
             ) from None
-        out[str(key)] = _to_spec(str(key), acc)
+        out[str(key)] = _to_spec(str(key), acc, source)
     return out
 
 

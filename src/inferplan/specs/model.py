@@ -166,7 +166,8 @@ class _Fields:
         return self.cfg.get(key) is not None
 
     def get_int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key, default)
+        value = self.cfg.get(key)
+        value = default if value is None else value
         if value is None:
             model_type = self.cfg.get("model_type", "unknown")
             raise InferplanError(
