@@ -145,26 +145,36 @@ class Replica:
         return self._schedule_running_with_preemption()
 
     def _schedule_running_with_preemption(self) -> _Plan:
-        """The running pass one request at a time, preempting the last-admitted on failure."""
-        run, budget = self.running, self.cfg.max_num_batched_tokens
-        swap_s = 0.0
-        i = 0
-        while i < len(run) and budget > 0:
-            n = min(int(run.num_tokens[i] - run.num_computed[i]), budget)
-            needed = max(
-                int(self._blocks_for(run.num_computed[i : i + 1] + n)[0]) - int(run.held_blocks[i]),
-                0,
+        """The running pass when the pool runs short: rows are granted in order; at the first
+        row that does not fit, the last-admitted requests are preempted until it fits or is
+        itself the victim (vLLM v1), then the pass goes on from the next row."""
+        run, block = self.running, self.cfg.block_size
+        budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
+        while start < len(run) and budget > 0:
+            need = run.num_tokens[start:] - run.num_computed[start:]
+            cum = np.cumsum(need)
+            sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
+            new_blocks = np.maximum(
+                -(-(run.num_computed[start:] + sched) // block) - run.held_blocks[start:], 0
             )
+            failing = np.flatnonzero(np.cumsum(new_blocks) > self.free_blocks)
+            granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
+            self.free_blocks -= int(new_blocks[:granted].sum())
+            run.held_blocks[start : start + granted] += new_blocks[:granted]
+            budget -= int(sched[:granted].sum())
+            if granted == len(new_blocks):
+                return self._plan_from_running(swap_s, stop=len(run))
+            row, needed = start + granted, int(new_blocks[granted])
             while needed > self.free_blocks:
-                is_self = len(run) - 1 == i
+                is_self = len(run) - 1 == row
                 swap_s += self._preempt_last()
                 if is_self:
-                    return self._plan_from_running(swap_s, stop=i)
+                    return self._plan_from_running(swap_s, stop=row)
             self.free_blocks -= needed
-            run.held_blocks[i] += needed
-            budget -= n
-            i += 1
-        return self._plan_from_running(swap_s, stop=i)
+            run.held_blocks[row] += needed
+            budget -= int(sched[granted])
+            start = row + 1
+        return self._plan_from_running(swap_s, stop=start)
 
     def _plan_from_running(self, swap_s: float, stop: int) -> _Plan:
         """The schedule after a sequential pass that granted rows before ``stop``."""
@@ -197,7 +207,7 @@ class Replica:
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
             rid, computed, tokens, held = self.swapped[0]
             n = min(tokens - computed, budget)
-            blocks = max(int(self._blocks_for(np.array([computed + n]))[0]), held)
+            blocks = max(_ceil_div(computed + n, cfg.block_size), held)
             if blocks > self.free_blocks:
                 break
             self.swapped.popleft()
@@ -224,7 +234,7 @@ class Replica:
             if blocks > self.free_blocks:
                 break
             self.waiting.pop()
-            held = int(self._blocks_for(np.array([n]))[0])
+            held = _ceil_div(n, cfg.block_size)
             self.free_blocks -= held
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = self.now
@@ -243,8 +253,8 @@ class Replica:
             run = self.running
             ends = self.prompt_tokens[run.ids] + run.target
             reserved = int((self._blocks_for(ends) - run.held_blocks).sum())
-            return int(self._blocks_for(np.array([total]))[0]) + reserved
-        return int(self._blocks_for(np.array([chunk]))[0])
+            return _ceil_div(total, self.cfg.block_size) + reserved
+        return _ceil_div(chunk, self.cfg.block_size)
 
     def _generated(self, rid: int, num_tokens: int) -> int:
         return int(num_tokens - self.prompt_tokens[rid])
@@ -280,10 +290,12 @@ class Replica:
             return
         ids = run.ids[rows]
         first = run.num_generated[rows] == 0
-        gaps = now - run.last_token_s[rows]
         later = ~first
         if np.any(later):
-            self._record_gaps(ids[later], gaps[later], duration)
+            last = run.last_token_s[rows][later]
+            # A token after one emitted at this step's start is one step apart.
+            same = last == now - duration
+            self._record_gaps(ids[later], np.where(same, duration, now - last), same, duration)
         rec.first_token_s[ids[first]] = now
         run.num_generated[rows] += 1
         run.num_tokens[rows] += 1
@@ -292,14 +304,14 @@ class Replica:
         if np.any(done):
             self._finish(rows[done])
 
-    def _record_gaps(self, ids: np.ndarray, gaps: np.ndarray, duration: float) -> None:
+    def _record_gaps(
+        self, ids: np.ndarray, gaps: np.ndarray, same: np.ndarray, duration: float
+    ) -> None:
         rec = self.records
         rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], gaps)
-        same = gaps == duration
         if np.any(same):
             self.itl.add(duration, float(same.sum()))
-        for gap in gaps[~same]:
-            self.itl.add(float(gap))
+        self.itl.add_many(gaps[~same])
 
     def _finish(self, rows: np.ndarray) -> None:
         run, rec = self.running, self.records
@@ -356,14 +368,15 @@ class Replica:
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
         self.trace.record(self.now, self.used_blocks)
-        gaps = self.now + first - run.last_token_s
+        same = run.last_token_s == self.now
+        gaps = np.where(same, first, self.now + first - run.last_token_s)
         run.num_computed = run.num_computed + k
         new_held = -(-run.num_computed // cfg.block_size)
         self.free_blocks -= int((new_held - run.held_blocks).sum())
         run.held_blocks = new_held
         run.num_generated = run.num_generated + k
         run.num_tokens = run.num_tokens + k
-        self._stretch_itl(gaps, first, step, k)
+        self._stretch_itl(gaps, same, first, step, k)
         self.now += total
         self.num_steps += k
         run.last_token_s = np.full(n, self.now)
@@ -371,15 +384,21 @@ class Replica:
         if np.any(done):
             self._finish(np.flatnonzero(done))
 
-    def _stretch_itl(self, gaps: np.ndarray, first: float, step: float, k: int) -> None:
+    def _stretch_itl(
+        self, gaps: np.ndarray, same: np.ndarray, first: float, step: float, k: int
+    ) -> None:
         run, rec = self.running, self.records
         last = first + (k - 1) * step
         rec.max_itl_s[run.ids] = np.fmax(rec.max_itl_s[run.ids], np.maximum(gaps, last))
-        same = gaps == first
         self.itl.add_arithmetic(first, step, k, float(same.sum()))
-        for gap in gaps[~same]:
-            self.itl.add(float(gap))
-            self.itl.add_arithmetic(first + step, step, k - 1)
+        others = int((~same).sum())
+        if others:
+            self.itl.add_many(gaps[~same])
+            self.itl.add_arithmetic(first + step, step, k - 1, float(others))
+
+
+def _ceil_div(num: int, den: int) -> int:
+    return -(-num // den)
 
 
 def _steps_before(window_s: float, a: float, b: float, context: int, n: int) -> int:

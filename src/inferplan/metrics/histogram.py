@@ -184,6 +184,21 @@ class ItlHistogram:
         self._add_to_sum(series_mean_s * (n * weight))
         self._combine(n * weight, series_mean_s, series_m2_s2)
 
+    def add_many(self, durations_s: npt.NDArray[np.float64]) -> None:
+        """Record one sample of each duration (vectorised; bins as ``add`` would pick them)."""
+        values = np.asarray(durations_s, dtype=np.float64)
+        if values.size == 0:
+            return
+        if not np.all(values >= 0.0):
+            raise ValueError("ITL durations must be >= 0")
+        bins = np.searchsorted(self.grid.edges, values, side="right")
+        self.counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64)
+        self.min_s = min(self.min_s, float(values.min()))
+        self.max_s = max(self.max_s, float(values.max()))
+        self._add_to_sum(math.fsum(values.tolist()))
+        mean_s = float(values.mean())
+        self._combine(float(values.size), mean_s, float(((values - mean_s) ** 2).sum()))
+
     def merge(self, other: ItlHistogram) -> None:
         """Fold ``other`` into this histogram (e.g. per-replica histograms into a cluster one)."""
         if other.grid is not self.grid and other.grid.edges_list != self.grid.edges_list:
