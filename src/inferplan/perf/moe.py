@@ -1,8 +1,9 @@
 """MoE routing: how many distinct experts a batch touches, and how unevenly ranks are loaded.
 
 Each token picks ``k`` of ``E`` experts. Expert ``e`` is picked by one token with probability
-``q_e = min(1, k * p_e)``, where ``p_e`` is the routing distribution: uniform (``p_e = 1/E``)
-or Zipf with exponent ``s`` (``p_e ∝ (e+1)^-s``), the usual model of skewed expert popularity.
+``q_e = min(1, c * p_e)``, where ``p_e`` is the routing distribution, uniform (``p_e = 1/E``)
+or Zipf with exponent ``s`` (``p_e ∝ (e+1)^-s``, the usual model of skewed expert popularity),
+and ``c`` makes ``sum_e q_e = k`` (``c = k`` unless the most popular experts saturate at 1).
 Over ``T`` independent tokens expert ``e`` is touched with probability ``1 - (1 - q_e)^T``, so
 the expected number of distinct experts, whose weights a step must read, is
 ``sum_e 1 - (1 - q_e)^T``: 1 token reads ``k`` experts, a large batch reads all ``E``.
@@ -37,8 +38,16 @@ class Routing:
 def _pick_probabilities(num_experts: int, top_k: int, zipf_exponent: float) -> np.ndarray:
     ranks = np.arange(1, num_experts + 1, dtype=np.float64)
     weights = ranks**-zipf_exponent
-    p = weights / weights.sum()
-    return np.minimum(1.0, top_k * p)
+    p = weights / weights.sum()  # descending
+    # Scale so that sum_e min(1, c * p_e) = k: one token touches exactly k experts. With the
+    # j most popular experts saturated at 1, c = (k - j) / sum of the rest; take the first j
+    # for which the next expert stays below 1 (water filling).
+    tail = np.cumsum(p[::-1])[::-1]  # tail[j] = sum of p[j:]
+    for saturated in range(top_k):
+        scale = (top_k - saturated) / tail[saturated]
+        if scale * p[saturated] <= 1.0:
+            return np.minimum(1.0, scale * p)
+    return np.where(np.arange(num_experts) < top_k, 1.0, 0.0)
 
 
 @lru_cache(maxsize=4096)

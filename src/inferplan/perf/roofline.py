@@ -17,7 +17,7 @@ has every formula and its sources.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime
@@ -48,6 +48,7 @@ class Op:
     flops_s: float
     bytes_s: float
     count: int = 1
+    per_stage: bool = True  # runs on every pipeline stage pass; False: once per micro-batch
 
     def terms(self, context: float) -> tuple[float, float]:
         compute = (self.f0 + self.f1 * context) / self.flops_s * self.count
@@ -130,17 +131,18 @@ class RooflineModel:
         limit = float("inf")
         for op in ops:
             compute, memory = op.terms(context)
+            times = (factor if op.per_stage else m) * op.count
             if compute >= memory:
-                a += op.f0 / op.flops_s * op.count
-                b += op.f1 / op.flops_s * op.count
+                a += op.f0 / op.flops_s * times
+                b += op.f1 / op.flops_s * times
             else:
-                a += op.b0 / op.bytes_s * op.count
-                b += op.b1 / op.bytes_s * op.count
+                a += op.b0 / op.bytes_s * times
+                b += op.b1 / op.bytes_s * times
             point = op.crossover(context)
             if point is not None:
                 limit = min(limit, point * m)
-        a = (a + sum(fixed.values())) * factor + self._pipeline_sends(batch)
-        b = b * factor / m
+        a += sum(fixed.values()) * factor + self._pipeline_sends(batch)
+        b /= m
         limit = min(limit, self._window_limit(num_seqs, context_tokens))
         return a, b, limit
 
@@ -217,7 +219,8 @@ class RooflineModel:
                 )
             )
         logits = batch.num_logit_tokens / m
-        ops.append(self._gemm("lm_head", self.head_params, logits, self.formats.other, 1))
+        head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1)
+        ops.append(replace(head, per_stage=False))  # the last stage only, once per micro-batch
         return ops, {"communication": comm, "overhead": self._overhead(batch)}
 
     def _attn_allreduce(self, tokens: float) -> float:
@@ -380,11 +383,12 @@ class RooflineModel:
         by_op: dict[str, float] = {}
         for op in ops:
             compute, memory = op.terms(context / m)
+            times = factor if op.per_stage else m
             if compute >= memory:
-                bounds["compute"] += compute * factor
+                bounds["compute"] += compute * times
             else:
-                bounds["memory"] += memory * factor
-            by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * factor
+                bounds["memory"] += memory * times
+            by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * times
         bounds["communication"] = fixed["communication"] * factor + self._pipeline_sends(batch)
         bounds["overhead"] = fixed["overhead"] * factor
         total = sum(bounds.values())

@@ -122,31 +122,48 @@ class TableModel:
         self.roofline = roofline
         self.table = table
 
+    def _layers_running(self, operator: str) -> int:
+        """Layers of the bottleneck stage that run ``operator``."""
+        count = 0
+        for group in self.roofline.groups:
+            att, ffn = group.attention, group.ffn
+            runs = {
+                "attn_proj": True,
+                "elementwise": True,
+                "attn_prefill": att.kind != "linear",
+                "attn_decode": att.kind != "linear",
+                "mlp": ffn.kind == "dense",
+                "router": ffn.kind == "moe",
+                "experts": ffn.kind == "moe",
+                "shared_experts": ffn.kind == "moe" and ffn.shared_intermediate_size > 0,
+            }[operator]
+            count += group.count if runs else 0
+        return count
+
     def _measured(self, batch: StepBatch) -> dict[str, float]:
-        layers = self.roofline.stage_layers
+        """Measured times of the table's operators for this step: per micro-batch shapes, each
+        layer that runs the operator, every pipeline stage pass (as the roofline counts them)."""
+        m = self.roofline._microbatches(batch)
+        passes = self.roofline._pipeline_factor(batch)
         out: dict[str, float] = {}
-        tokens = batch.num_tokens
+        tokens = batch.num_tokens / m
         for op in ("attn_proj", "mlp", "router", "shared_experts", "experts", "elementwise"):
-            if self.table.has(op) and tokens:
-                out[op] = self.table.time(op, tokens) * layers
+            layers = self._layers_running(op)
+            if self.table.has(op) and tokens and layers:
+                out[op] = self.table.time(op, tokens) * layers * passes
         if self.table.has("lm_head") and batch.num_logit_tokens:
-            out["lm_head"] = self.table.time("lm_head", batch.num_logit_tokens)
-        if self.table.has("attn_decode") and batch.num_decode_seqs:
+            out["lm_head"] = self.table.time("lm_head", batch.num_logit_tokens / m) * m
+        attention_layers = self._layers_running("attn_decode") * passes
+        if self.table.has("attn_decode") and batch.num_decode_seqs and attention_layers:
             per_seq = batch.decode_context_tokens / batch.num_decode_seqs
-            out["attn_decode"] = (
-                self.table.time("attn_decode", batch.num_decode_seqs, per_seq) * layers
-            )
-        if self.table.has("attn_prefill") and batch.num_prefill_seqs:
+            decode = self.table.time("attn_decode", batch.num_decode_seqs / m, per_seq)
+            out["attn_decode"] = decode * attention_layers
+        if self.table.has("attn_prefill") and batch.num_prefill_seqs and attention_layers:
             chunks = batch.num_prefill_seqs
-            out["attn_prefill"] = (
-                chunks
-                * layers
-                * self.table.time(
-                    "attn_prefill",
-                    batch.prefill_tokens / chunks,
-                    batch.prefill_context_tokens / chunks,
-                )
+            per_chunk = self.table.time(
+                "attn_prefill", batch.prefill_tokens / chunks, batch.prefill_context_tokens / chunks
             )
+            out["attn_prefill"] = per_chunk * chunks / m * attention_layers
         return out
 
     def step_time(self, batch: StepBatch) -> StepTime:
