@@ -462,6 +462,7 @@ def simulate(
         kv_usage=traces[0] if len(traces) == 1 else None,
     )
     summary["num_steps"] = result.num_steps
+    summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = data_parallel_size
     if json_out:
         _print_json(summary)

@@ -84,6 +84,9 @@ class Replica:
         self.free_blocks = cfg.num_blocks
         self.now = 0.0
         self.num_steps = 0
+        # Static batching: the batch's size, and slot-steps its finished members left idle.
+        self.batch_slots = 0
+        self.idle_slot_steps = 0
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
 
     # ---- state ----------------------------------------------------------------------------
@@ -122,11 +125,17 @@ class Replica:
             self.now += plan.swap_s
             return
         batch = self._batch(plan.sched)
+        self._count_idle_slots(1)
         duration = self.model.step_time(batch).total_s + plan.swap_s
         self.trace.record(self.now, self.used_blocks)
         self.now += duration
         self.num_steps += 1
         self._finish_step(plan.sched, duration)
+
+    def _count_idle_slots(self, steps: int) -> None:
+        if self.cfg.scheduler == "static":
+            self.batch_slots = max(self.batch_slots, len(self.running))
+            self.idle_slot_steps += (self.batch_slots - len(self.running)) * steps
 
     def _blocks_for(self, tokens: np.ndarray) -> np.ndarray:
         return -(-tokens // self.cfg.block_size)
@@ -324,6 +333,8 @@ class Replica:
         keep[rows] = False
         run.keep(keep)
         self.on_finish.extend(int(i) for i in ids)
+        if len(run) == 0:
+            self.batch_slots = 0
 
     # ---- a decode stretch in closed form ----------------------------------------------------
 
@@ -368,6 +379,7 @@ class Replica:
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
         self.trace.record(self.now, self.used_blocks)
+        self._count_idle_slots(k)
         same = run.last_token_s == self.now
         gaps = np.where(same, first, self.now + first - run.last_token_s)
         run.num_computed = run.num_computed + k

@@ -75,7 +75,9 @@ class RunningSet:
 
     @property
     def all_decoding(self) -> bool:
-        """Every request needs exactly one token and has KV (no prefill chunk pending)."""
+        """Every request needs exactly one token and has sampled before: no prefill chunk is
+        pending (a prompt whose last chunk is one token is still a prefill: it emits the first
+        token)."""
         return bool(
-            np.all(self.num_tokens - self.num_computed == 1) and np.all(self.num_computed > 0)
+            np.all(self.num_tokens - self.num_computed == 1) and np.all(self.num_generated > 0)
         )

@@ -15,6 +15,7 @@ are rejected at arrival (the OpenAI server's check).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ class SimulationResult:
     traces: list[StepTrace]
     duration_s: float
     num_steps: int
+    idle_slot_steps: int  # static batching: slot-steps held by finished members of a batch
 
 
 def _records_for(workload: Workload) -> RequestRecords:
@@ -91,17 +93,29 @@ class Simulation:
         ]
         self.next_request = 0
         self.in_flight = 0
-        self.slot_free_s = 0.0
+        self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
         self.num_routed = 0
         self.num_done = 0
 
     def _next_arrival_s(self) -> float:
+        """When the next request reaches the server: its send time, or with a client
+        concurrency limit, the moment a slot frees if every slot was taken at its send time."""
         if self.next_request >= self.workload.num_requests:
             return math.inf
+        sent = float(self.workload.arrival_s[self.next_request])
         limit = self.cfg.max_concurrency
-        if limit is not None and self.in_flight >= limit:
-            return math.inf
-        return max(float(self.workload.arrival_s[self.next_request]), self.slot_free_s)
+        if limit is None:
+            return sent
+        # Sends are in time order, so finishes before this one matter no more.
+        del self.finish_times[: bisect_right(self.finish_times, sent)]
+        # Finishes already processed but later than ``sent`` still held their slots then.
+        busy_at_send = self.in_flight + len(self.finish_times)
+        if busy_at_send < limit:
+            return sent
+        if self.in_flight >= limit:
+            return math.inf  # no slot frees until a finish not yet simulated
+        # The slot frees at the (busy_at_send - limit + 1)-th finish after ``sent``.
+        return self.finish_times[busy_at_send - limit]
 
     def _arrive(self, now: float) -> None:
         rid = self.next_request
@@ -134,7 +148,9 @@ class Simulation:
         if done:
             self.in_flight -= done
             self.num_done += done
-            self.slot_free_s = replica.now
+            if self.cfg.max_concurrency is not None:
+                for _ in range(done):
+                    insort(self.finish_times, replica.now)
             replica.on_finish.clear()
         return done
 
@@ -174,4 +190,5 @@ class Simulation:
             traces=[r.trace for r in self.replicas],
             duration_s=duration,
             num_steps=sum(r.num_steps for r in self.replicas),
+            idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
         )
