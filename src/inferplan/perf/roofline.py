@@ -33,6 +33,7 @@ from inferplan.specs.params import expert_params
 
 ACT_BYTES = 2.0  # bf16 activations
 CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
+LINE_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,12 @@ class Op:
         memory = (self.b0 + self.b1 * context) / self.bytes_s * self.count
         return compute, memory
 
-    def crossover(self, context: float) -> float | None:
-        """The context > ``context`` where compute and memory terms swap, if any."""
+    def crossing(self, context: float) -> float | None:
+        """The context at which compute and memory terms are equal, if they ever are."""
         slope = self.f1 / self.flops_s - self.b1 / self.bytes_s
         if slope == 0:
             return None
-        point = (self.b0 / self.bytes_s - self.f0 / self.flops_s) / slope
-        return point if point > context else None
+        return (self.b0 / self.bytes_s - self.f0 / self.flops_s) / slope
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class RooflineModel:
         self.groups = self._bottleneck_groups()
         padded_vocab = -(-spec.vocab_size // 64) * 64
         self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
+        self._lines: dict[int, tuple[float, float, float, float]] = {}
 
     def _bottleneck_groups(self) -> tuple[_Group, ...]:
         """Layer shapes of the stage with the most layers (the first such), counted."""
@@ -121,14 +122,27 @@ class RooflineModel:
 
     def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
         """``(a, b, limit)``: a pure decode step of ``num_seqs`` sequences attending to ``C``
-        tokens in total takes ``a + b*C`` seconds for ``context_tokens <= C < limit``."""
+        tokens in total takes ``a + b*C`` seconds for ``context_tokens <= C < limit``.
+
+        A line depends on the batch size and on which side of each operator's crossover the
+        context lies, so it is cached per batch size with the context range it holds for."""
+        cached = self._lines.get(num_seqs)
+        if cached is not None and cached[2] <= context_tokens < cached[3]:
+            return cached[0], cached[1], cached[3]
+        a, b, lower, limit = self._decode_line(num_seqs, context_tokens)
+        if len(self._lines) >= LINE_CACHE_SIZE:
+            self._lines.clear()
+        self._lines[num_seqs] = (a, b, lower, limit)
+        return a, b, limit
+
+    def _decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float, float]:
         batch = StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
         ops, fixed = self._ops(batch)
         factor = self._pipeline_factor(batch)
         m = self._microbatches(batch)
         context = context_tokens / m
         a = b = 0.0
-        limit = float("inf")
+        lower, limit = 0.0, float("inf")
         for op in ops:
             compute, memory = op.terms(context)
             times = (factor if op.per_stage else m) * op.count
@@ -138,13 +152,15 @@ class RooflineModel:
             else:
                 a += op.b0 / op.bytes_s * times
                 b += op.b1 / op.bytes_s * times
-            point = op.crossover(context)
-            if point is not None:
+            point = op.crossing(context)
+            if point is not None and point > context:
                 limit = min(limit, point * m)
+            elif point is not None:
+                lower = max(lower, point * m)
         a += sum(fixed.values()) * factor + self._pipeline_sends(batch)
         b /= m
-        limit = min(limit, self._window_limit(num_seqs, context_tokens))
-        return a, b, limit
+        window_lower, window_limit = self._window_range(num_seqs, context_tokens)
+        return a, b, max(lower, window_lower), min(limit, window_limit)
 
     # ---- operators --------------------------------------------------------------------------
 
@@ -164,14 +180,18 @@ class RooflineModel:
         group = self.par.tp * self.par.pp
         return (m + self.par.pp - 2) * p2p_s(activation, self.gpu, self.eff, group_size=group)
 
-    def _window_limit(self, num_seqs: int, context_tokens: int) -> float:
-        """The context where a sliding window not yet full saturates (reads stop growing)."""
-        points = [
-            g.attention.window_tokens * num_seqs
-            for g in self.groups
-            if g.attention.window_tokens and context_tokens < g.attention.window_tokens * num_seqs
-        ]
-        return float(min(points)) if points else float("inf")
+    def _window_range(self, num_seqs: int, context_tokens: int) -> tuple[float, float]:
+        """The context range around ``context_tokens`` in which no sliding window saturates
+        or unsaturates (its reads stop growing at ``window * num_seqs``)."""
+        lower, limit = 0.0, float("inf")
+        for g in self.groups:
+            if g.attention.window_tokens:
+                point = float(g.attention.window_tokens * num_seqs)
+                if context_tokens < point:
+                    limit = min(limit, point)
+                else:
+                    lower = max(lower, point)
+        return lower, limit
 
     def _gemm_flops_s(self, fmt: NumberFormat, rows: float) -> float:
         efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
