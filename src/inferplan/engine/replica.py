@@ -121,6 +121,10 @@ class Replica:
         plan = self._schedule_running()
         if not plan.preempted:
             plan = self._schedule_waiting(plan)
+        self._run(plan)
+
+    def _run(self, plan: _Plan) -> None:
+        """Execute a scheduled step: time it, advance ``now``, emit tokens."""
         if not np.any(plan.sched):
             self.now += plan.swap_s
             return
@@ -131,6 +135,26 @@ class Replica:
         self.now += duration
         self.num_steps += 1
         self._finish_step(plan.sched, duration)
+
+    def preempting_decode_step(self) -> None:
+        """The step a pure-decode batch takes when the pool cannot give every sequence crossing
+        a block boundary its new block (recompute preemption), in vector form: the running pass
+        pops the last-admitted requests until the rest fit. Popping is lazy and both sides only
+        move one way, so the number of victims is the smallest ``p`` with
+        ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
+        in a step that preempted (vLLM v1)."""
+        run, block = self.running, self.cfg.block_size
+        need = (run.num_computed % block == 0).astype(np.int64)
+        cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
+        held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
+        n = len(run)
+        fits = cum_need[n - np.arange(n + 1)] <= self.free_blocks + held_tail
+        victims = int(np.argmax(fits))
+        for _ in range(victims):
+            self._preempt_last()
+        if len(run):  # the rest decode one token each: a one-step stretch
+            a, b, _ = self.model.decode_line(len(run), int((run.num_computed + 1).sum()))
+            self.advance_decode(1, a, b)
 
     def _count_idle_slots(self, steps: int) -> None:
         if self.cfg.scheduler == "static":
@@ -355,20 +379,22 @@ class Replica:
             self.free_blocks - crossing
         )
 
-    def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float]:
-        """(steps k, a, b): the stretch length and its step-time line ``a + b*C``."""
+    def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
+        """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
+        whether it ends only because step ``k`` cannot get its blocks."""
         run, cfg = self.running, self.cfg
         n = len(run)
         context = int((run.num_computed + 1).sum())
         a, b, limit = self.model.decode_line(n, context)
         k = int((run.target - run.num_generated).min())
-        offsets = np.sort((-run.num_computed) % cfg.block_size)
-        k = min(k, (self.free_blocks // n) * cfg.block_size + int(offsets[self.free_blocks % n]))
+        offsets = (-run.num_computed) % cfg.block_size
+        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
+        k_pool = (self.free_blocks // n) * cfg.block_size + kth
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
             k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
-        return k, a, b
+        return min(k, k_pool), a, b, k_pool < k
 
     def advance_decode(self, k: int, a: float, b: float) -> None:
         """Run ``k`` decode steps of the current batch at once."""

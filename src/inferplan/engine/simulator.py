@@ -136,12 +136,28 @@ class Simulation:
         replica.add_request(rid)
 
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
-        if not self.cfg.exact and replica.can_stretch():
-            k, a, b = replica.stretch_steps(next_arrival_s)
+        """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
+        preemption steps that end them, until a finish, an arrival or a batch change."""
+        if self.cfg.exact or not replica.can_stretch():
+            replica.step()
+            return
+        chain = replica.cfg.preemption_mode == "recompute"
+        if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
+            # Another replica's finish may release a held request at its clock or later: a
+            # stretch must not run past the point where that replica stands.
+            others = [r.now for r in self.replicas if r is not replica and r.has_work]
+            next_arrival_s = min([next_arrival_s, *others])
+        while True:
+            k, a, b, pool_bound = replica.stretch_steps(next_arrival_s)
             if k > 0:
                 replica.advance_decode(k, a, b)
+            if not (pool_bound and chain):
+                if k == 0:
+                    replica.step()
                 return
-        replica.step()
+            replica.preempting_decode_step()
+            if replica.on_finish or replica.now >= next_arrival_s or not replica.can_stretch():
+                return
 
     def _collect(self, replica: Replica) -> int:
         done = len(replica.on_finish)

@@ -1,0 +1,362 @@
+"""Hand-computed scheduler scenarios: a ``Replica`` driven step by step, without the event loop.
+
+Each test builds a replica with a few requests through the small factory helpers below, runs
+``step()`` by hand and checks what vLLM v1's scheduler would do (notes/engines.md §1): step times
+equal the step-time model's for the batch the scheduler formed, chunked prefill splits a prompt
+by the token budget, recompute preemption takes the last-admitted request to the head of the
+waiting queue, static batching never admits while a batch runs, and a head that does not fit
+blocks the queue.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import pytest
+
+from inferplan.cli import build_memory_plan
+from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.replica import Replica, SchedulerConfig
+from inferplan.engine.simulator import Simulation, SimulationConfig
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.factory import build_step_model
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload import Workload
+
+
+@cache
+def _model() -> StepTimeModel:
+    plan = build_memory_plan(
+        "Llama-3.1-8B", "h200", 1, 1, False, None, "auto", None, 0.9, None, None, None
+    )
+    return build_step_model(plan)
+
+
+def _time(**batch: int | float) -> float:
+    return _model().step_time(StepBatch(**batch)).total_s  # type: ignore[arg-type]
+
+
+def _prefill_s(chunk: int, cached: int = 0) -> float:
+    return _time(
+        prefill_tokens=chunk,
+        prefill_attention_pairs=chunk_attention_pairs(chunk, cached),
+        prefill_context_tokens=cached,
+        num_prefill_seqs=1,
+    )
+
+
+def _decode_s(contexts: list[int]) -> float:
+    """One decode step; ``contexts`` are each sequence's KV length including the new token."""
+    return _time(num_decode_seqs=len(contexts), decode_context_tokens=sum(contexts))
+
+
+def _replica(
+    prompts: list[int],
+    outputs: list[int],
+    *,
+    budget: int = 8192,
+    max_num_seqs: int = 1024,
+    block_size: int = 16,
+    num_blocks: int = 10_000,
+    preemption_mode: str = "recompute",
+    scheduler: str = "continuous",
+    kv_block_bytes: float = 0.0,
+) -> Replica:
+    """A replica with requests ``0..n-1`` known to it (none queued yet: see ``add_request``)."""
+    n = len(prompts)
+    records = RequestRecords.empty(n)
+    records.input_tokens[:] = prompts
+    assert records.requested_output_tokens is not None
+    records.requested_output_tokens[:] = outputs
+    records.arrival_s[:] = 0.0
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        preemption_mode=preemption_mode,
+        scheduler=scheduler,
+        kv_block_bytes=kv_block_bytes,
+    )
+    return Replica(
+        0,
+        cfg,
+        _model(),
+        records,
+        np.array(prompts, dtype=np.int64),
+        WaitingQueue("fcfs", None),
+        ItlHistogram(),
+        StepTrace(num_blocks),
+    )
+
+
+def _with_all_queued(replica: Replica) -> Replica:
+    for rid in range(replica.records.num_requests):
+        replica.add_request(rid)
+    return replica
+
+
+def _run_to_end(replica: Replica, max_steps: int = 10_000) -> None:
+    for _ in range(max_steps):
+        if not replica.has_work:
+            return
+        replica.step()
+        replica.check_invariants()
+    raise AssertionError("replica did not drain")
+
+
+# ---- one request: latency is the sum of its step times -------------------------------------
+
+
+def test_single_request_ttft_and_e2e_are_sums_of_model_step_times() -> None:
+    prompt, output = 100, 5
+    replica = _with_all_queued(_replica([prompt], [output]))
+    _run_to_end(replica)
+    rec = replica.records
+    ttft = _prefill_s(prompt)
+    decodes = [_decode_s([prompt + i + 1]) for i in range(output - 1)]
+    assert rec.first_token_s[0] == pytest.approx(ttft, rel=1e-12)
+    assert rec.finish_s[0] == pytest.approx(ttft + sum(decodes), rel=1e-12)
+    assert rec.status[0] == int(RequestStatus.COMPLETED)
+    assert rec.output_tokens[0] == output
+    assert replica.num_steps == output
+    assert replica.free_blocks == replica.cfg.num_blocks
+    assert rec.max_itl_s[0] == pytest.approx(max(decodes), rel=1e-12)
+
+
+def test_single_request_fast_mode_gives_the_same_latency() -> None:
+    """The event loop in fast mode (one closed-form stretch) gives the hand-summed latency."""
+    prompt, output = 300, 200
+    wl = Workload(
+        arrival_s=np.zeros(1),
+        input_tokens=np.array([prompt]),
+        output_tokens=np.array([output]),
+        class_ids=np.zeros(1, dtype=np.int64),
+    )
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=8192, max_num_seqs=16, block_size=16, num_blocks=100
+    )
+    res = Simulation(wl, SimulationConfig(cfg, 1024, exact=False), _model()).run()
+    ttft = _prefill_s(prompt)
+    e2e = ttft + sum(_decode_s([prompt + i + 1]) for i in range(output - 1))
+    assert res.records.first_token_s[0] == pytest.approx(ttft, rel=1e-12)
+    assert res.records.finish_s[0] == pytest.approx(e2e, rel=1e-9)
+    assert res.num_steps == output
+
+
+def test_two_simultaneous_requests_share_steps() -> None:
+    replica = _with_all_queued(_replica([40, 60], [3, 2]))
+    replica.step()  # both prefill in one step
+    both = _time(
+        prefill_tokens=100,
+        prefill_attention_pairs=chunk_attention_pairs(40, 0) + chunk_attention_pairs(60, 0),
+        num_prefill_seqs=2,
+    )
+    assert replica.now == pytest.approx(both, rel=1e-12)
+    assert replica.records.first_token_s[0] == replica.records.first_token_s[1] == replica.now
+    replica.step()  # both decode; request 1 finishes
+    assert replica.now == pytest.approx(both + _decode_s([41, 61]), rel=1e-12)
+    assert replica.records.status[1] == int(RequestStatus.COMPLETED)
+    replica.step()  # request 0 alone
+    assert replica.records.finish_s[0] == pytest.approx(
+        both + _decode_s([41, 61]) + _decode_s([42]), rel=1e-12
+    )
+
+
+# ---- chunked prefill -------------------------------------------------------------------------
+
+
+def test_chunked_prefill_150_tokens_with_budget_64_takes_three_steps() -> None:
+    replica = _with_all_queued(_replica([150], [2], budget=64))
+    rec = replica.records
+    expected = 0.0
+    for chunk, cached in [(64, 0), (64, 64)]:
+        replica.step()
+        expected += _prefill_s(chunk, cached)
+        assert math.isnan(rec.first_token_s[0])  # a non-final chunk's sample is discarded
+        assert replica.now == pytest.approx(expected, rel=1e-12)
+    replica.step()
+    expected += _prefill_s(22, 128)
+    assert rec.first_token_s[0] == pytest.approx(expected, rel=1e-12)
+    assert replica.num_steps == 3
+    assert int(replica.running.num_computed[0]) == 150
+
+
+def test_prefill_chunk_shares_the_budget_with_running_decodes() -> None:
+    """Running decodes take one token each; the next prefill gets what is left."""
+    big = _replica([10, 10, 100], [5, 5, 1], budget=64)
+    big.add_request(0)
+    big.add_request(1)
+    big.step()  # both prefill (20 tokens)
+    big.add_request(2)
+    big.step()  # 2 decodes + a 62-token chunk of request 2
+    assert big.running.num_computed.tolist() == [11, 11, 62]
+    assert big.now == pytest.approx(
+        _time(
+            prefill_tokens=20,
+            prefill_attention_pairs=2 * chunk_attention_pairs(10, 0),
+            num_prefill_seqs=2,
+        )
+        + _time(
+            prefill_tokens=62,
+            prefill_attention_pairs=chunk_attention_pairs(62, 0),
+            num_prefill_seqs=1,
+            num_decode_seqs=2,
+            decode_context_tokens=22,
+        ),
+        rel=1e-12,
+    )
+
+
+# ---- preemption ------------------------------------------------------------------------------
+
+
+def _two_running_at_block_boundary(preemption_mode: str) -> Replica:
+    """Block size 4, 4 blocks: two 4-token prompts each fill 2 blocks after 4 decodes; the next
+    decode needs a third block each and the pool is empty."""
+    replica = _replica(
+        [4, 4, 4],
+        [10, 10, 3],  # 4 + 10 tokens fit in the pool: one request can always finish
+        block_size=4,
+        num_blocks=4,
+        preemption_mode=preemption_mode,
+        kv_block_bytes=1e6,
+    )
+    replica.add_request(0)
+    replica.add_request(1)
+    for _ in range(5):
+        replica.step()
+        replica.check_invariants()
+    assert replica.running.num_computed.tolist() == [8, 8]
+    assert replica.free_blocks == 0
+    replica.add_request(2)  # waits behind; the preempted request must go ahead of it
+    return replica
+
+
+def test_recompute_preemption_takes_the_last_admitted_to_the_head_of_waiting() -> None:
+    replica = _two_running_at_block_boundary("recompute")
+    replica.step()
+    replica.check_invariants()
+    rec = replica.records
+    assert replica.running.ids.tolist() == [0]
+    assert rec.num_preemptions.tolist() == [0, 1, 0]
+    assert rec.recomputed_tokens.tolist() == [0, 8, 0]
+    # Prepended, and it must now recompute prompt + the 5 tokens it generated.
+    assert replica.waiting.peek() == (1, 9)
+    assert len(replica.waiting) == 2
+    assert replica.free_blocks == 4 - 3
+    _run_to_end(replica)
+    assert rec.status.tolist() == [int(RequestStatus.COMPLETED)] * 3
+    assert rec.output_tokens.tolist() == [10, 10, 3]
+    assert rec.first_scheduled_s[2] > rec.first_scheduled_s[1]
+
+
+def test_no_admission_in_a_step_that_preempted() -> None:
+    replica = _two_running_at_block_boundary("recompute")
+    replica.step()
+    # Request 1's 2 blocks were freed and request 0 took one; one block is free and request 2's
+    # prompt fits in it, but vLLM admits nothing in a step that preempted.
+    assert 2 not in replica.running.ids.tolist()
+
+
+def test_swap_preemption_moves_kv_to_host_and_charges_the_link() -> None:
+    replica = _two_running_at_block_boundary("swap")
+    before = replica.now
+    replica.step()
+    rec = replica.records
+    assert rec.num_preemptions.tolist() == [0, 1, 0]
+    assert rec.recomputed_tokens.tolist() == [0, 0, 0]
+    assert rec.swapped_bytes[1] == 2 * 1_000_000
+    assert replica.swapped[0][0] == 1
+    swap_s = 2 * 1e6 / replica.cfg.host_link_bytes_s
+    assert replica.now - before == pytest.approx(_decode_s([9]) + swap_s, rel=1e-12)
+    replica.step()  # request 1 cannot come back yet: request 0 holds 3 of the 4 blocks
+    assert rec.swapped_bytes[1] == 2 * 1_000_000
+    _run_to_end(replica)
+    assert rec.status.tolist() == [int(RequestStatus.COMPLETED)] * 3
+    assert rec.swapped_bytes[1] >= 4 * 1_000_000  # out, and back in
+
+
+# ---- admission rules ---------------------------------------------------------------------------
+
+
+def test_static_batching_never_admits_while_a_batch_runs() -> None:
+    replica = _with_all_queued(
+        _replica([10, 10, 10], [2, 6, 2], max_num_seqs=2, scheduler="static")
+    )
+    replica.step()
+    assert replica.running.ids.tolist() == [0, 1]
+    replica.step()  # request 0 finishes: a slot is free, but the batch is still running
+    assert replica.records.status[0] == int(RequestStatus.COMPLETED)
+    while len(replica.running):
+        assert 2 not in replica.running.ids.tolist()
+        replica.step()
+        replica.check_invariants()
+    replica.step()
+    assert replica.running.ids.tolist() == [2]
+    assert replica.records.first_scheduled_s[2] == replica.records.finish_s[1]
+
+
+def test_continuous_batching_admits_into_the_freed_slot() -> None:
+    replica = _with_all_queued(_replica([10, 10, 10], [2, 6, 2], max_num_seqs=2))
+    replica.step()
+    replica.step()  # request 0 finishes
+    replica.step()
+    assert replica.running.ids.tolist() == [1, 2]
+
+
+def test_static_batching_reserves_prompt_plus_output() -> None:
+    # 16-token blocks, 5 blocks: request 0 reserves ceil((10 + 60) / 16) = 5, so request 1
+    # (which alone would fit) waits although the first chunk of each needs just one block.
+    replica = _with_all_queued(
+        _replica([10, 10], [60, 5], num_blocks=5, scheduler="static", block_size=16)
+    )
+    replica.step()
+    assert replica.running.ids.tolist() == [0]
+    _run_to_end(replica)
+    assert replica.records.num_preemptions.sum() == 0
+
+
+def test_head_of_line_blocking() -> None:
+    # 10 blocks of 16 tokens; request 0 holds 2. Request 1 (200 tokens, 13 blocks) cannot be
+    # admitted; request 2 (16 tokens) would fit but waits behind it (vLLM v1's break).
+    replica = _replica([20, 200, 16], [50, 1, 1], num_blocks=14)
+    replica.add_request(0)
+    replica.step()
+    replica.add_request(1)
+    replica.add_request(2)
+    for _ in range(5):
+        replica.step()
+        assert replica.running.ids.tolist() == [0]
+        assert len(replica.waiting) == 2
+
+
+def test_max_num_seqs_bounds_the_running_set() -> None:
+    replica = _with_all_queued(_replica([5] * 7, [4] * 7, max_num_seqs=3))
+    while replica.has_work:
+        replica.step()
+        replica.check_invariants()
+        assert len(replica.running) <= 3
+    assert replica.records.status.tolist() == [int(RequestStatus.COMPLETED)] * 7
+
+
+# ---- regressions -------------------------------------------------------------------------------
+
+
+def test_one_token_final_prefill_chunk_records_first_token() -> None:
+    # Regression: a 65-token prompt with a 64-token budget; the second chunk is 1 token, and it
+    # is the request's prefill, not a decode (fast mode once stretched over it).
+    wl = Workload(
+        arrival_s=np.zeros(1),
+        input_tokens=np.array([65]),
+        output_tokens=np.array([10]),
+        class_ids=np.zeros(1, dtype=np.int64),
+    )
+    cfg = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=16, block_size=16, num_blocks=100)
+    res = Simulation(wl, SimulationConfig(cfg, 1024, exact=False), _model()).run()
+    assert not math.isnan(res.records.first_token_s[0])
