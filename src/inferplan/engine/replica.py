@@ -400,39 +400,47 @@ class Replica:
         """Run ``k`` decode steps of the current batch at once."""
         run, cfg = self.running, self.cfg
         n = len(run)
-        context = int((run.num_computed + 1).sum())
+        computed, held = run.num_computed, run.held_blocks  # views: in-place ops write through
+        context = int(computed.sum()) + n
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
         self.trace.record(self.now, self.used_blocks)
         self._count_idle_slots(k)
-        same = run.last_token_s == self.now
-        gaps = np.where(same, first, self.now + first - run.last_token_s)
-        run.num_computed = run.num_computed + k
-        new_held = -(-run.num_computed // cfg.block_size)
-        self.free_blocks -= int((new_held - run.held_blocks).sum())
-        run.held_blocks = new_held
-        run.num_generated = run.num_generated + k
-        run.num_tokens = run.num_tokens + k
+        last_token = run.last_token_s
+        same = last_token == self.now
+        all_same = bool(same.all())
+        gaps = None if all_same else np.where(same, first, self.now + first - last_token)
+        computed += k
+        new_held = -(-computed // cfg.block_size)
+        self.free_blocks -= int(new_held.sum() - held.sum())
+        held[:] = new_held
+        run.num_generated += k
+        run.num_tokens += k
         self._stretch_itl(gaps, same, first, step, k)
         self.now += total
         self.num_steps += k
-        run.last_token_s = np.full(n, self.now)
+        last_token[:] = self.now
         done = run.num_generated >= run.target
-        if np.any(done):
+        if done.any():
             self._finish(np.flatnonzero(done))
 
     def _stretch_itl(
-        self, gaps: np.ndarray, same: np.ndarray, first: float, step: float, k: int
+        self, gaps: np.ndarray | None, same: np.ndarray, first: float, step: float, k: int
     ) -> None:
-        run, rec = self.running, self.records
+        """ITL samples of a stretch: ``k`` steps for every sequence, where a sequence that did
+        not emit at the stretch's start has a longer first gap (``gaps``; None if none)."""
+        ids, rec = self.running.ids, self.records
         last = first + (k - 1) * step
-        rec.max_itl_s[run.ids] = np.fmax(rec.max_itl_s[run.ids], np.maximum(gaps, last))
+        if gaps is None:
+            rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], last)
+            self.itl.add_arithmetic(first, step, k, float(len(ids)))
+            return
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], np.maximum(gaps, last))
         self.itl.add_arithmetic(first, step, k, float(same.sum()))
-        others = int((~same).sum())
-        if others:
-            self.itl.add_many(gaps[~same])
-            self.itl.add_arithmetic(first + step, step, k - 1, float(others))
+        others = ~same
+        self.itl.add_many(gaps[others])
+        self.itl.add_arithmetic(first + step, step, k - 1, float(others.sum()))
 
 
 def _ceil_div(num: int, den: int) -> int:

@@ -102,6 +102,30 @@ def _count_below(
     return guess if increasing else num_steps - guess
 
 
+SCALAR_EDGES = 16  # below this many edges crossed, plain Python beats the vector path
+
+
+def _count_below_few(
+    edges: tuple[float, ...], first_s: float, step_s: float, num_steps: int
+) -> list[int]:
+    """``_count_below`` for a few edges, with the same float expression per index."""
+    increasing = step_s > 0
+    out = []
+    for edge in edges:
+
+        def past(i: int, edge: float = edge) -> bool:
+            value_s = first_s + float(i) * step_s
+            return value_s >= edge if increasing else value_s < edge
+
+        guess = min(max(math.ceil((edge - first_s) / step_s), 0), num_steps)
+        while guess < num_steps and not past(guess):
+            guess += 1
+        while guess > 0 and past(guess - 1):
+            guess -= 1
+        out.append(guess if increasing else num_steps - guess)
+    return out
+
+
 def _first_past(
     is_past: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
     num_edges: int,
@@ -172,9 +196,16 @@ class ItlHistogram:
             self.counts[first_bin] += num_steps * weight
         else:
             low, high = min(first_bin, last_bin), max(first_bin, last_bin)
-            below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
-            bounds = np.concatenate(([0], below, [num_steps]))
-            self.counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
+            if high - low <= SCALAR_EDGES:
+                edges = self.grid.edges_list[low:high]
+                bounds_list = [0, *_count_below_few(edges, first_s, step_s, num_steps), num_steps]
+                for offset in range(len(bounds_list) - 1):
+                    count = bounds_list[offset + 1] - bounds_list[offset]
+                    self.counts[low + offset] += count * weight
+            else:
+                below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
+                bounds = np.concatenate(([0], below, [num_steps]))
+                self.counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
         self.min_s = min(self.min_s, first_s, last_s)
         self.max_s = max(self.max_s, first_s, last_s)
         # Mean and squared deviations of an arithmetic series, in closed form (both non-negative).
