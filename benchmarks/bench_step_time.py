@@ -7,6 +7,8 @@ gpt-oss-120b on one H100 (sliding windows, mxfp4 experts). Each call cycles thro
 batch shapes (decode batches of 1-512 sequences at 100-32k tokens of context, plus chunked-prefill
 mixes for ``step_time``), so caches see the same steady state a simulation run does. Reported:
 the median over repeats of the mean time per call. Target: well under 50 us per call.
+``decode_line`` caches a line per batch size with the context range it holds for; the
+``decode_line_uncached`` figures time the computation behind a cache miss.
 
 Run alone with ``python -m benchmarks.bench_step_time``.
 """
@@ -75,18 +77,21 @@ def per_call_us(calls: Sequence[Callable[[], object]]) -> float:
     return statistics.median(times) / (loops * len(calls)) * 1e6
 
 
-def measure(model: StepTimeModel) -> tuple[float, float]:
+def measure(model: StepTimeModel) -> tuple[float, float, float]:
     steps = [partial(model.step_time, batch) for batch in step_batches()]
     lines = [partial(model.decode_line, n, n * c) for n, c in DECODE_SHAPES]
-    return per_call_us(steps), per_call_us(lines)
+    compute_line = getattr(model, "_decode_line", model.decode_line)
+    uncached = [partial(compute_line, n, n * c) for n, c in DECODE_SHAPES]
+    return per_call_us(steps), per_call_us(lines), per_call_us(uncached)
 
 
 def main() -> dict[str, float]:
     results: dict[str, float] = {}
     for label, (model, gpu, par) in DEPLOYMENTS.items():
-        step_us, line_us = measure(build(model, gpu, par))
+        step_us, line_us, uncached_us = measure(build(model, gpu, par))
         results[f"{label}/step_time_us"] = step_us
         results[f"{label}/decode_line_us"] = line_us
+        results[f"{label}/decode_line_uncached_us"] = uncached_us
     return results
 
 
