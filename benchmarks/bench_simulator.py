@@ -43,7 +43,7 @@ SCALES = (1, 10)
 
 def measure_once(num_requests: int, scale: int) -> dict[str, float]:
     """Build and run one simulation in this process; its wall time and this process's peak RSS."""
-    from inferplan.cli import build_memory_plan
+    from inferplan.cli_flags import build_memory_plan
     from inferplan.engine.replica import SchedulerConfig
     from inferplan.engine.simulator import Simulation, SimulationConfig
     from inferplan.perf.factory import build_step_model

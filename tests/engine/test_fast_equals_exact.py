@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.cli import build_memory_plan
+from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.plan import MemoryPlan

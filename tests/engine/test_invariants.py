@@ -17,7 +17,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from inferplan.cli import build_memory_plan
+from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.plan import MemoryPlan

@@ -1,0 +1,247 @@
+"""The command line's shared flag groups, each collapsed into one small object.
+
+Deployment flags follow vLLM's names and meanings; workload flags follow ``vllm bench serve``.
+A decorator adds a group's options to a command and hands the command one object
+(``deployment`` or ``workload``) instead of a dozen parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import click
+
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.specs.catalog import load_model
+from inferplan.specs.engines import ENGINES, engine_defaults
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+from inferplan.workload import build_workload
+from inferplan.workload.request import Workload
+
+
+def build_memory_plan(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    ep: bool,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    block_size: int | None,
+    engine: str = "vllm",
+) -> MemoryPlan:
+    """Resolve flags (engine defaults where unset) into a memory plan."""
+    spec = load_model(model)
+    device = load_gpu(gpu)
+    defaults = engine_defaults(engine, device)
+
+    def default(value: int | None, fallback: int) -> int:
+        return fallback if value is None else value
+
+    cfg = MemoryConfig(
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=default(max_num_batched_tokens, defaults.max_num_batched_tokens),
+        max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
+        block_size=default(block_size, defaults.block_size),
+    )
+    return plan_memory(spec, device, Parallelism(tp=tp, pp=pp, enable_expert_parallel=ep), cfg)
+
+
+@dataclass(frozen=True)
+class DeploymentFlags:
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    enable_expert_parallel: bool
+    quantization: str | None
+    kv_cache_dtype: str
+    max_model_len: int | None
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int | None
+    max_num_seqs: int | None
+    block_size: int | None
+    engine: str
+
+    def plan(self) -> MemoryPlan:
+        return build_memory_plan(*(getattr(self, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class WorkloadFlags:
+    dataset_name: str
+    dataset_path: str | None
+    num_prompts: int | None
+    random_input_len: int | None
+    random_output_len: int | None
+    random_range_ratio: float | None
+    request_rate: float | None
+    burstiness: float
+    seed: int
+
+    def build(self) -> Workload:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return build_workload(values.pop("dataset_name"), **values)
+
+
+def _grouped(
+    options: list[Callable[[Any], Any]], flags_type: type, keyword: str
+) -> Callable[[Any], Any]:
+    """A decorator adding ``options`` and passing their values as one ``flags_type``."""
+    names = [f.name for f in fields(flags_type)]
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            group = flags_type(**{name: kwargs.pop(name) for name in names})
+            return func(**{keyword: group}, **kwargs)
+
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+deployment_options = _grouped(
+    [
+        click.option(
+            "--model", required=True, help="Bundled model (HF id or short name) or config.json path"
+        ),
+        click.option("--gpu", required=True, help="Catalog GPU (h100, h200, ...) or YAML file"),
+        click.option("--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True),
+        click.option(
+            "--pipeline-parallel-size", "-pp", "pp", type=int, default=1, show_default=True
+        ),
+        click.option(
+            "--enable-expert-parallel", is_flag=True, help="Spread whole experts over the ranks"
+        ),
+        click.option(
+            "--quantization",
+            "-q",
+            default=None,
+            help="Weights: bf16|fp16|fp8|int8|int4|nvfp4|mxfp4 (default: checkpoint's)",
+        ),
+        click.option(
+            "--kv-cache-dtype",
+            default="auto",
+            show_default=True,
+            help="auto|bf16|fp16|fp8|fp8_e4m3|fp8_e5m2|int8|int4",
+        ),
+        click.option(
+            "--max-model-len",
+            type=int,
+            default=None,
+            help="Max context length (default: the model's)",
+        ),
+        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option(
+            "--max-num-batched-tokens",
+            type=int,
+            default=None,
+            help="Token budget per step (default: the engine's)",
+        ),
+        click.option(
+            "--max-num-seqs",
+            type=int,
+            default=None,
+            help="Max running sequences (default: the engine's)",
+        ),
+        click.option("--block-size", type=int, default=None, help="KV block size in tokens"),
+        click.option(
+            "--engine",
+            type=click.Choice(ENGINES),
+            default="vllm",
+            show_default=True,
+            help="Whose defaults to use (memory, token budget, block size)",
+        ),
+    ],
+    DeploymentFlags,
+    "deployment",
+)
+
+workload_options = _grouped(
+    [
+        click.option(
+            "--dataset-name",
+            default="random",
+            show_default=True,
+            help="random|trace|servegen|reasoning",
+        ),
+        click.option(
+            "--dataset-path", default=None, help="Trace file or bundled trace name (see README)"
+        ),
+        click.option("--num-prompts", type=int, default=None, help="Requests (default 1000)"),
+        click.option("--random-input-len", type=int, default=None),
+        click.option("--random-output-len", type=int, default=None),
+        click.option("--random-range-ratio", type=float, default=None),
+        click.option(
+            "--request-rate",
+            type=float,
+            default=None,
+            help="Requests/s (default inf: all at once; traces keep their times)",
+        ),
+        click.option(
+            "--burstiness",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Gamma shape of inter-arrivals (1 = Poisson)",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ],
+    WorkloadFlags,
+    "workload",
+)
+
+json_option = click.option(
+    "--json", "json_out", is_flag=True, help="Machine-readable output on stdout"
+)
+
+
+def int_list(flag: str, text: str) -> list[int]:
+    """Comma-separated positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InferplanError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InferplanError(f"{flag}: every value must be an integer >= 1, got {text!r}")
+    return values
+
+
+def float_list(flag: str, text: str) -> list[float]:
+    """Comma-separated numbers."""
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InferplanError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+
+
+def goodput_slo(pairs: tuple[str, ...]) -> dict[str, float] | None:
+    """``--goodput ttft:500 --goodput tpot:50`` -> ``{"ttft": 500.0, "tpot": 50.0}``."""
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        problem = f"--goodput: expected metric:ms (e.g. ttft:500), got {pair!r}"
+        if not sep:
+            raise InferplanError(problem)
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise InferplanError(problem) from None
+    return out
