@@ -3,7 +3,7 @@
 vLLM's benchmark pools every gap between consecutive streamed chunks over all requests and takes
 numpy percentiles of the pool. A simulator cannot keep hundreds of millions of gaps, so the engine
 feeds them here as they happen: ``add`` for one step's duration, and ``add_arithmetic`` for a whole
-pure-decode stretch whose step times grow linearly (see /work/shared/DESIGN.md, section 4), in
+pure-decode stretch whose step times grow linearly (the fast engine of the design), in
 closed form, touching only the bins the stretch crosses.
 
 Resolution. Bins are log-spaced, ``BINS_PER_DECADE`` per decade between ``LOW_S`` and ``HIGH_S``

@@ -1,6 +1,6 @@
 """Per-request latencies and SLO goodness, with vLLM's definitions.
 
-Owns the formulas (``vllm-0.11.0:vllm/benchmarks/serve.py``; /work/shared/notes/engines.md 1.7):
+Owns the formulas (``vllm-0.11.0:vllm/benchmarks/serve.py``):
 
 - TTFT = ``first_token_s - arrival_s`` (vLLM starts the clock when it sends the request, after any
   ``--max-concurrency`` wait, which for us is ``arrival_s``, not ``dispatch_s``);

@@ -11,7 +11,7 @@ Time conventions (all absolute seconds of simulation time, like ``now`` in the e
   ``arrival_s`` is when it actually reached the server. They differ only when a client-side
   concurrency limit (``vllm bench serve --max-concurrency``) held the request back. vLLM's
   benchmark starts its latency clock after that wait, so latencies here are measured from
-  ``arrival_s`` (see /work/shared/notes/engines.md, section 1.7).
+  ``arrival_s`` (vLLM 0.11.0 ``vllm/benchmarks/serve.py``).
 - Times that never happened (a rejected request's first token) are ``nan``, never ``-1``.
 """
 

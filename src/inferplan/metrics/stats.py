@@ -7,7 +7,7 @@ Owns two formats:
   else ``str(p)``: 99 -> "p99", 99.9 -> "p99.9"). Values are numpy's: ``np.mean``, ``np.median``,
   population ``np.std`` and ``np.percentile`` (linear interpolation), of seconds, times 1000
   (``vllm-0.11.0:vllm/benchmarks/serve.py``, ``calculate_metrics``).
-- inferplan's spread ``{"mean", "p50", "p90", "p99"}`` in seconds (/work/shared/DESIGN.md, sec. 5).
+- inferplan's spread ``{"mean", "p50", "p90", "p99"}`` in seconds (inferplan's JSON convention).
 
 Where vLLM reports 0 for a statistic of no samples, inferplan reports ``None``: every number that
 leaves this package goes through ``json_number``, which maps NaN and infinities to ``None`` so

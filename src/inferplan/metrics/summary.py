@@ -2,7 +2,7 @@
 
 ``summarize`` owns the layout of the result dict. It has two parts:
 
-1. vLLM's keys (``vllm-0.11.0:vllm/benchmarks/serve.py``; /work/shared/notes/engines.md 1.7):
+1. vLLM's keys (``vllm-0.11.0:vllm/benchmarks/serve.py``):
    ``duration``, ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``,
    ``request_throughput``, ``request_goodput``, ``output_throughput``, ``total_token_throughput``,
    ``max_output_tokens_per_s``, ``max_concurrent_requests``, then per metric in

@@ -2,7 +2,7 @@
 
 Owns the list of bundled trace files in ``data/``: the first rows of public traces, unchanged
 (``data/README.md`` gives each one's source, commit, license and required citation). The package
-reads only these copies at run time, never the project's ``../shared`` folder.
+reads only these copies at run time, never the reference data they were copied from.
 """
 
 from __future__ import annotations

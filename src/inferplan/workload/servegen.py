@@ -10,7 +10,7 @@ inter-arrival CV, distribution family, two parameters) and ``chunk-<i>-dataset.j
 window starts in s, 6 hours apart; each holds ``input_tokens``, ``output_tokens`` and, for
 reasoning models, ``reason_ratio`` pmfs, stored as strings of Python dicts ``{value: prob}``).
 
-Pooling (the rule behind ``../shared/traces/README.md``'s statistics): each client's pmfs for a
+Pooling (the rule behind the published pooled statistics): each client's pmfs for a
 dataset window are weighted by the client's expected requests in that window, the sum of
 rate x 600 s over its 10-minute rows from that window's start to the next, then all are summed.
 

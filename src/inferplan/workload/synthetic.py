@@ -5,7 +5,7 @@ Owns the arrival process, the random, lognormal and reasoning-mix length generat
 the same seed gives identical arrays; nothing touches numpy's global random state.
 
 vLLM rules mimicked (vLLM 0.11 ``vllm/benchmarks/serve.py`` ``get_request`` and
-``benchmarks/datasets.py`` ``RandomDataset``; see ``../shared/notes/engines.md`` section 1.7):
+``benchmarks/datasets.py`` ``RandomDataset``):
 
 - ``--request-rate inf`` (vLLM's default) puts every request at t = 0. A finite rate draws the
   gaps ~ Gamma(shape=burstiness, scale=1 / (rate * burstiness)) (burstiness 1 is Poisson, < 1 is
@@ -22,7 +22,7 @@ vLLM rules mimicked (vLLM 0.11 ``vllm/benchmarks/serve.py`` ``get_request`` and
 Reasoning lengths (not a vLLM dataset): lognormal outputs with a given mean and a cap (the cap
 mimics ``max_tokens``: capped requests pile up at the cap, as ServeGen's DeepSeek-R1 outputs do at
 32,768), and a two-part mix where a fraction of requests is long (> 5,000 tokens; 45 % for
-Natural Reasoning prompts, arXiv 2605.19775 as quoted in ``../shared/traces/README.md``). The
+Natural Reasoning prompts, arXiv 2605.19775). The
 mix's default component shapes are assumptions chosen to give a mean near 5,000 tokens, not fits.
 """
 
