@@ -144,7 +144,6 @@ def roofline(
 @click.option(
     "--max-concurrency", type=int, default=None, help="Client-side cap on requests in flight"
 )
-@click.option("--data-parallel-size", "-dp", type=int, default=1, show_default=True)
 @click.option(
     "--router", type=click.Choice(tuple(ROUTERS)), default="round_robin", show_default=True
 )
@@ -160,7 +159,6 @@ def simulate(
     scheduler: str,
     preemption_mode: str,
     scheduling_policy: str,
-    data_parallel_size: int,
     router: str,
     exact: bool,
     metric_percentiles: str,
@@ -182,7 +180,7 @@ def simulate(
         scheduler=scheduler,
         preemption_mode=preemption_mode,
         scheduling_policy=scheduling_policy,
-        data_parallel_size=data_parallel_size,
+        data_parallel_size=plan.parallelism.num_replicas,
         router=router,
         max_concurrency=max_concurrency,
         exact=exact,
@@ -202,7 +200,7 @@ def simulate(
     )
     summary["num_steps"] = result.num_steps
     summary["idle_slot_steps"] = result.idle_slot_steps
-    summary["data_parallel_size"] = data_parallel_size
+    summary["data_parallel_size"] = deployment.dp
     if json_out:
         _print_json(summary)
     else:

@@ -38,6 +38,7 @@ def build_memory_plan(
     max_num_seqs: int | None,
     block_size: int | None,
     engine: str = "vllm",
+    dp: int = 1,
 ) -> MemoryPlan:
     """Resolve flags (engine defaults where unset) into a memory plan."""
     spec = load_model(model)
@@ -56,7 +57,8 @@ def build_memory_plan(
         max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
         block_size=default(block_size, defaults.block_size),
     )
-    return plan_memory(spec, device, Parallelism(tp=tp, pp=pp, enable_expert_parallel=ep), cfg)
+    par = Parallelism(tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep)
+    return plan_memory(spec, device, par, cfg)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class DeploymentFlags:
     gpu: str
     tp: int
     pp: int
+    dp: int
     enable_expert_parallel: bool
     quantization: str | None
     kv_cache_dtype: str
@@ -76,7 +79,22 @@ class DeploymentFlags:
     engine: str
 
     def plan(self) -> MemoryPlan:
-        return build_memory_plan(*(getattr(self, f.name) for f in fields(self)))
+        return build_memory_plan(
+            self.model,
+            self.gpu,
+            self.tp,
+            self.pp,
+            self.enable_expert_parallel,
+            self.quantization,
+            self.kv_cache_dtype,
+            self.max_model_len,
+            self.gpu_memory_utilization,
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            self.block_size,
+            self.engine,
+            dp=self.dp,
+        )
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,15 @@ deployment_options = _grouped(
         click.option("--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True),
         click.option(
             "--pipeline-parallel-size", "-pp", "pp", type=int, default=1, show_default=True
+        ),
+        click.option(
+            "--data-parallel-size",
+            "-dp",
+            "dp",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Replicas; with --enable-expert-parallel, DP-attention ranks of one replica",
         ),
         click.option(
             "--enable-expert-parallel", is_flag=True, help="Spread whole experts over the ranks"

@@ -64,6 +64,7 @@ def roofline(
     *,
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
     ep: bool = False,
     zipf: float = 0.0,
     cuda_graphs: bool = True,
@@ -74,7 +75,7 @@ def roofline(
     return RooflineModel(
         spec,
         device,
-        Parallelism(tp=tp, pp=pp, enable_expert_parallel=ep),
+        Parallelism(tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep),
         weight_formats_for(spec, None),
         kv_format("auto", model_dtype=spec.dtype),
         efficiency_for(device),

@@ -51,9 +51,10 @@ def simulate(
     cfg = plan.config
     host_link = plan.gpu.host_link_bytes_s or 32e9
     block_bytes = plan.worst_stage.kv_bytes_per_token * cfg.block_size
+    dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
     scheduler = SchedulerConfig(
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens * dpa,
+        max_num_seqs=cfg.max_num_seqs * dpa,
         block_size=cfg.block_size,
         num_blocks=plan.num_blocks,
         preemption_mode=options.preemption_mode,

@@ -228,8 +228,12 @@ def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConf
         budget_bytes=gpu.memory_bytes * cfg.gpu_memory_utilization,
         stages=stages,
         kv_bytes_per_token=kv_bytes_per_token(spec, kv),
-        num_blocks=min(s.num_blocks for s in stages),
-        max_concurrent_seqs=_max_concurrency(stages, spec, par, cfg, kv, contexts),
+        # DP attention: each data-parallel rank keeps the KV of its own sequences.
+        num_blocks=min(s.num_blocks for s in stages) * par.attention_dp,
+        max_concurrent_seqs={
+            context: seqs * par.attention_dp
+            for context, seqs in _max_concurrency(stages, spec, par, cfg, kv, contexts).items()
+        },
     )
 
 

@@ -212,33 +212,38 @@ class RooflineModel:
         )
 
     def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
+        """One device's operators. With DP attention (vLLM DP + EP) each of the ``dpa`` ranks
+        runs attention and dense layers on its own share of the batch (``local`` tokens);
+        routed experts see every rank's tokens, spread over all ``ep`` ranks."""
         m = self._microbatches(batch)
+        dpa = self.par.attention_dp
         tokens = batch.num_tokens / m
+        local = tokens / dpa
         ops: list[Op] = []
         comm = 0.0
         for group in self.groups:
             ops.append(
                 self._gemm(
-                    "attn_proj", group.attn_linear_params, tokens, self.formats.linear, group.count
+                    "attn_proj", group.attn_linear_params, local, self.formats.linear, group.count
                 )
             )
-            ops.extend(self._attention(group, batch, m))
+            ops.extend(self._attention(group, batch, m, dpa))
             ffn_ops, ffn_comm = self._ffn(group, tokens)
             ops.extend(ffn_ops)
-            comm += (ffn_comm + self._attn_allreduce(tokens)) * group.count
+            comm += (ffn_comm + self._attn_allreduce(local)) * group.count
             ops.append(
                 Op(
                     "elementwise",
                     0.0,
                     0.0,
-                    self.eff.elementwise_passes * tokens * self.spec.hidden_size * ACT_BYTES,
+                    self.eff.elementwise_passes * local * self.spec.hidden_size * ACT_BYTES,
                     0.0,
                     1.0,
                     self.bandwidth * self.eff.memory_bandwidth,
                     group.count,
                 )
             )
-        logits = batch.num_logit_tokens / m
+        logits = batch.num_logit_tokens / m / dpa
         head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1)
         ops.append(replace(head, per_stage=False))  # the last stage only, once per micro-batch
         return ops, {"communication": comm, "overhead": self._overhead(batch)}
@@ -248,19 +253,22 @@ class RooflineModel:
             tokens * self.spec.hidden_size * ACT_BYTES, self.par.tp, self.gpu, self.eff
         )
 
-    def _attention(self, group: _Group, batch: StepBatch, m: int) -> list[Op]:
+    def _attention(self, group: _Group, batch: StepBatch, m: int, dpa: int) -> list[Op]:
+        """Attention on one device: its micro-batch's share of the batch (and, with DP
+        attention, its rank's share); decode terms stay linear in the replica's context."""
         att, count = group.attention, group.count
         compute = self.gpu.peak("bf16") * self.eff.attention_compute
         memory = self.bandwidth * self.eff.attention_memory
         kvb = self.kv.bytes_per_value
         tp = self.par.tp
-        prefill, n = batch.prefill_tokens / m, batch.num_decode_seqs / m
-        pairs, cached = batch.prefill_attention_pairs / m, batch.prefill_context_tokens / m
+        share = m * dpa
+        prefill, n = batch.prefill_tokens / share, batch.num_decode_seqs / share
+        pairs, cached = batch.prefill_attention_pairs / share, batch.prefill_context_tokens / share
         if att.kind == "linear":
             heads = att.linear_num_value_heads / tp
             per_token = 6 * heads * att.linear_key_head_dim * att.linear_value_head_dim
             state = linear_state_values(att, tp) * ACT_BYTES
-            seqs = n + batch.num_prefill_seqs / m
+            seqs = n + batch.num_prefill_seqs / share
             return [
                 Op(
                     "attn_linear",
@@ -288,7 +296,7 @@ class RooflineModel:
             decode_flops = pair_flops
         if att.window_tokens is not None:
             pairs = min(pairs, prefill * att.window_tokens)
-            cached = min(cached, batch.num_prefill_seqs / m * att.window_tokens)
+            cached = min(cached, batch.num_prefill_seqs / share * att.window_tokens)
         io = 2 * heads * att.head_dim * ACT_BYTES
         ops = []
         if prefill:
@@ -306,7 +314,7 @@ class RooflineModel:
             )
         if n:
             window = att.window_tokens
-            context = batch.decode_context_tokens / m
+            context = batch.decode_context_tokens / share
             if window is not None and context >= n * window:
                 ops.append(
                     Op(
@@ -322,12 +330,12 @@ class RooflineModel:
                 )
             else:
                 ops.append(
-                    Op(
+                    Op(  # evaluated at the micro-batch's context: this rank reads 1/dpa of it
                         "attn_decode",
                         0.0,
-                        decode_flops,
+                        decode_flops / dpa,
                         token_bytes * n + io * n,
-                        token_bytes,
+                        token_bytes / dpa,
                         compute,
                         memory,
                         count,
@@ -336,18 +344,20 @@ class RooflineModel:
         return ops
 
     def _ffn(self, group: _Group, tokens: float) -> tuple[list[Op], float]:
-        """FFN operators and their per-layer communication time."""
+        """FFN operators and their per-layer communication time. Dense layers, the router and
+        shared experts run on this rank's tokens; routed experts on every rank's."""
         ffn, count, hidden = group.ffn, group.count, self.spec.hidden_size
-        tp, act_bytes = self.par.tp, tokens * hidden * ACT_BYTES
+        local = tokens / self.par.attention_dp
+        tp, act_bytes = self.par.tp, local * hidden * ACT_BYTES
         if ffn.kind == "dense":
             params = 3 * hidden * ffn.intermediate_size / tp
-            return [self._gemm("mlp", params, tokens, self.formats.linear, count)], allreduce_s(
+            return [self._gemm("mlp", params, local, self.formats.linear, count)], allreduce_s(
                 act_bytes, tp, self.gpu, self.eff
             )
-        ops = [self._gemm("router", hidden * ffn.num_experts, tokens, self.formats.other, count)]
+        ops = [self._gemm("router", hidden * ffn.num_experts, local, self.formats.other, count)]
         if ffn.shared_intermediate_size:
             shared = 3 * hidden * ffn.shared_intermediate_size / tp
-            ops.append(self._gemm("shared_experts", shared, tokens, self.formats.linear, count))
+            ops.append(self._gemm("shared_experts", shared, local, self.formats.linear, count))
         ops.append(self._experts(ffn, tokens, count))
         if self.par.enable_expert_parallel:
             ep = self.par.ep
@@ -381,12 +391,14 @@ class RooflineModel:
         )
 
     def _overhead(self, batch: StepBatch) -> float:
-        seqs = batch.num_decode_seqs + batch.num_prefill_seqs
+        """Per-step CPU and launch costs of one rank's scheduler and forward."""
+        dpa = self.par.attention_dp
+        seqs = (batch.num_decode_seqs + batch.num_prefill_seqs) / dpa
         overhead = self.eff.step_overhead_s + self.eff.per_seq_overhead_s * seqs
         eager = (
             not self.cuda_graphs
             or batch.prefill_tokens > 0
-            or batch.num_decode_seqs > CUDA_GRAPH_MAX_BATCH
+            or batch.num_decode_seqs / dpa > CUDA_GRAPH_MAX_BATCH
         )
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers

@@ -22,6 +22,8 @@ def memory_json(plan: MemoryPlan) -> dict[str, Any]:
         "tensor_parallel_size": par.tp,
         "pipeline_parallel_size": par.pp,
         "enable_expert_parallel": par.enable_expert_parallel,
+        "data_parallel_size": par.dp,
+        "attention_data_parallel_size": par.attention_dp,
         "expert_parallel_size": par.ep,
         "devices_per_replica": par.devices_per_replica,
         "quantization": {

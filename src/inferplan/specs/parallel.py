@@ -2,7 +2,13 @@
 
 ``tp`` shards every layer's heads and FFN columns; ``pp`` splits the layer stack into stages;
 with ``enable_expert_parallel`` the routed experts are spread whole over ``ep = tp * dp`` ranks
-instead of being sharded by ``tp`` (vLLM: EP size = TP x DP). ``dp`` counts replicas.
+instead of being sharded by ``tp`` (vLLM: EP size = TP x DP).
+
+``dp`` means what it means in vLLM. Without expert parallelism it counts independent replicas.
+With it, the ``dp`` ranks form one replica whose attention is data-parallel: each rank runs
+attention (and dense layers) with ``tp``-way sharding on its own share of the sequences and
+keeps their KV cache, while every MoE layer dispatches tokens to the experts spread over all
+``tp * dp`` ranks (vLLM's DP + EP deployment, DeepSeek's "DP attention").
 """
 
 from __future__ import annotations
@@ -34,8 +40,17 @@ class Parallelism:
         return self.tp * self.dp if self.enable_expert_parallel else 1
 
     @property
+    def attention_dp(self) -> int:
+        """Data-parallel attention ranks inside one replica (1 unless DP + EP)."""
+        return self.dp if self.enable_expert_parallel else 1
+
+    @property
+    def num_replicas(self) -> int:
+        return self.dp // self.attention_dp
+
+    @property
     def devices_per_replica(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.attention_dp
 
     @property
     def num_devices(self) -> int:
