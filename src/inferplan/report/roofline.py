@@ -32,7 +32,11 @@ def roofline_tables(result: dict[str, Any]) -> Group:
             row["bound"],
         )
     size = result["compute_bound_batch_size"]
-    turning = Table(title="weight GEMMs turn compute-bound at", title_justify="left")
-    turning.add_column("batch size", justify="right")
-    turning.add_row(f"{size:,}" if size else "never (<= 65,536)")
+    turning = Table(show_header=False)
+    turning.add_column("what")
+    turning.add_column("value", justify="right")
+    turning.add_row(
+        "decode batch at which the weight GEMMs turn compute-bound",
+        f"{size:,}" if size else "never (<= 65,536)",
+    )
     return Group(prefill, decode, turning)
