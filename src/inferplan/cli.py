@@ -31,12 +31,14 @@ from inferplan.metrics.summary import summarize
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.moe import Routing
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
+from inferplan.plan.validation import validate as run_validation
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.console import console
 from inferplan.report.memory import memory_json, memory_tables
 from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
+from inferplan.report.validation import validation_json, validation_tables
 
 
 @click.group(
@@ -205,6 +207,18 @@ def simulate(
         _print_json(summary)
     else:
         console().print(simulate_tables(summary))
+
+
+@app.command()
+@click.option("--case", "cases", multiple=True, help="Only this case id (repeatable)")
+@json_option
+def validate(cases: tuple[str, ...], json_out: bool) -> None:
+    """Simulate the bundled published measurements; print measured vs predicted and the error."""
+    data = validation_json(run_validation(list(cases) or None))
+    if json_out:
+        _print_json(data)
+    else:
+        console().print(validation_tables(data))
 
 
 @app.command()

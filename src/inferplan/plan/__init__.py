@@ -1,0 +1,1 @@
+"""Plan: validation against published measurements (and, later, search and cost)."""

@@ -1,0 +1,350 @@
+"""Validation against published measurements: each bundled case simulated end to end.
+
+A case (``data/validation_cases.yaml``, copied from published sources with each one named) gives
+a model, GPUs, parallelism, precision, workload and what was measured. This module turns every
+measurement into a simulated run with the same settings, runs it, and reports measured vs
+predicted and the relative error. Where the source is silent the run states what it assumed,
+and those assumptions are printed with the results (``inferplan validate``).
+
+Settings per engine, following the project notes on each engine's defaults:
+- TensorRT-LLM ``trtllm-bench throughput``: ``max_batch_size`` and ``max_num_tokens`` from the
+  benchmark's own heuristic on the dataset's lengths, 32-token blocks, KV = 0.9 of the memory left
+  after weights, FP8 KV cache with an FP8 (ModelOpt) checkpoint.
+- vLLM 0.6.0 (``benchmark_serving`` with ShareGPT): 256 sequences, a 8,192-token budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache, partial
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import yaml
+
+from inferplan.engine.session import ServingOptions, simulate
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.metrics.summary import summarize
+from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.factory import build_step_model
+from inferplan.specs.catalog import load_model
+from inferplan.specs.hardware import GIB, load_gpu
+from inferplan.specs.parallel import Parallelism
+from inferplan.specs.params import count_params
+from inferplan.workload import synthetic
+from inferplan.workload.request import Workload
+
+SHAREGPT_SIGMA = 1.0  # log-space spread assumed for ShareGPT-like lengths
+SHAREGPT_MAX_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class Deployment:
+    model: str
+    gpu: str
+    tp: int
+    dp: int
+    quantization: str | None
+    kv_cache_dtype: str
+    memory: MemoryConfig
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured number and the simulation that predicts it."""
+
+    case_id: str
+    label: str
+    metric: str  # a key of ``_METRICS``
+    measured: float
+    deployment: Deployment
+    workload: Callable[[], Workload]
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error, (predicted - measured) / measured."""
+        return (self.predicted - self.run.measured) / self.run.measured
+
+
+@cache
+def bundled_cases() -> list[dict[str, Any]]:
+    text = resources.files("inferplan.plan").joinpath("data/validation_cases.yaml").read_text()
+    cases: list[dict[str, Any]] = yaml.safe_load(text)
+    return cases
+
+
+def fixed_workload(num_requests: int, input_tokens: int, output_tokens: int) -> Workload:
+    """``num_requests`` identical requests, all at t = 0 (an offline benchmark)."""
+    return Workload(
+        arrival_s=np.zeros(num_requests),
+        input_tokens=np.full(num_requests, input_tokens, dtype=np.int64),
+        output_tokens=np.full(num_requests, output_tokens, dtype=np.int64),
+        class_ids=np.zeros(num_requests, dtype=np.int64),
+        source="fixed",
+    )
+
+
+def sharegpt_like(
+    num_requests: int, mean_input: float, mean_output: float, rate: float, seed: int = 0
+) -> Workload:
+    """Lognormal lengths with the published means; Poisson arrivals at ``rate`` (inf: t = 0)."""
+    rng = np.random.default_rng(seed)
+    inputs = synthetic.lognormal_lengths(
+        num_requests, mean_input, SHAREGPT_SIGMA, SHAREGPT_MAX_TOKENS, rng
+    )
+    outputs = synthetic.lognormal_lengths(
+        num_requests, mean_output, SHAREGPT_SIGMA, SHAREGPT_MAX_TOKENS, rng
+    )
+    arrivals = synthetic.arrival_times_s(num_requests, rate, 1.0, rng)
+    return Workload(
+        arrival_s=arrivals,
+        input_tokens=inputs,
+        output_tokens=outputs,
+        class_ids=np.zeros(num_requests, dtype=np.int64),
+        source="sharegpt-like",
+    )
+
+
+def _round_up(value: float, step: int) -> int:
+    return int(step * math.ceil(value / step))
+
+
+def trtllm_bench_limits(
+    model: str, gpu: str, tp: int, input_len: int, output_len: int, *, value_bytes: float = 1.0
+) -> tuple[int, int]:
+    """``trtllm-bench``'s (max_batch_size, max_num_tokens) for fixed lengths with chunked context
+    off (its 1.0-era ``tuning.py`` heuristic); ``value_bytes`` is the weight and KV element size
+    (1 for FP8, 2 for BF16)."""
+    spec = load_model(model)
+    attention = [g for g in spec.layer_groups if g.attention.kind != "linear"]
+    head_dim = attention[0].attention.head_dim
+    kv_heads = attention[0].attention.num_kv_heads
+    layers = sum(g.num_layers for g in attention)
+    kv_gib_per_token = 2 * layers * max(tp, kv_heads) * head_dim * value_bytes / GIB
+    weights_gib = count_params(spec).total * value_bytes / GIB
+    total_gib = load_gpu(gpu).memory_bytes / GIB * tp
+    cache_gib = (total_gib - weights_gib) * 0.9
+    max_requests = cache_gib / (kv_gib_per_token * (input_len + output_len))
+    batch = min(max_requests, 4096)
+    tokens = min(batch * (1 + input_len / output_len), 32768)
+    if batch < 256:
+        max_batch = max(64, _round_up(batch, 32))
+    elif batch < 1024:
+        max_batch = _round_up(batch, 128)
+    else:
+        max_batch = _round_up(batch, 256)
+    if tokens < 4096:
+        max_tokens = max(2048, _round_up(tokens, 256))
+    elif tokens < 8192:
+        max_tokens = _round_up(tokens, 512)
+    else:
+        max_tokens = _round_up(tokens, 1024)
+    return max_batch, max(max_tokens, input_len + max_batch)
+
+
+def _trtllm_runs(case: dict[str, Any]) -> list[Run]:
+    runs = []
+    tp = int(case["tensor_parallel_size"])
+    for input_len, output_len, num_requests, measured in case["rows"]:
+        max_batch, max_tokens = trtllm_bench_limits(
+            case["model"], case["gpu"], tp, input_len, output_len
+        )
+        memory = MemoryConfig(
+            quantization="fp8",
+            kv_cache_dtype="fp8",
+            max_num_batched_tokens=max_tokens,
+            max_num_seqs=max_batch,
+            block_size=32,
+            max_model_len=input_len + output_len,
+        )
+        deployment = Deployment(case["model"], case["gpu"], tp, 1, "fp8", "fp8", memory)
+        runs.append(
+            Run(
+                case_id=case["id"],
+                label=f"{input_len}/{output_len} x{num_requests}",
+                metric="output_throughput_tok_s",
+                measured=float(measured),
+                deployment=deployment,
+                workload=partial(fixed_workload, num_requests, input_len, output_len),
+                assumptions=(
+                    f"trtllm-bench limits: max_batch_size {max_batch}, max_num_tokens {max_tokens}",
+                    "FP8 KV cache (ModelOpt FP8 checkpoint)",
+                    "KV = 0.9 of memory after weights",
+                    "TensorRT-LLM's guaranteed-no-evict admission approximated by vLLM v1 "
+                    "scheduling (not emulated yet)",
+                ),
+            )
+        )
+    return runs
+
+
+def _vllm060_runs(case: dict[str, Any]) -> list[Run]:
+    measured = case["measured"]
+    tp = int(case["tensor_parallel_size"])
+    memory = MemoryConfig(max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=4096)
+    deployment = Deployment(case["model"], case["gpu"], tp, 1, None, "auto", memory)
+    assumptions = (
+        f"ShareGPT lengths: lognormal, sigma {SHAREGPT_SIGMA}, means 202 / 179, "
+        f"capped at {SHAREGPT_MAX_TOKENS}",
+        "vLLM 0.6.0 defaults: 256 sequences; v1-style chunked scheduling with an 8,192-token "
+        "budget; multi-step scheduling not modelled",
+    )
+    runs = []
+    for key, metric, rate in (
+        ("request_throughput_req_s_at_inf_rate", "request_throughput_req_s", math.inf),
+        ("tpot_mean_s_at_2_qps", "tpot_mean_s", 2.0),
+        ("tpot_mean_s_at_32_qps", "tpot_mean_s", 32.0),
+    ):
+        runs.append(
+            Run(
+                case["id"],
+                key,
+                metric,
+                float(measured[key]),
+                deployment,
+                partial(sharegpt_like, 500, 202, 179, rate),
+                assumptions,
+            )
+        )
+    return runs
+
+
+def _mlperf_runs(case: dict[str, Any]) -> list[Run]:
+    measured = case["measured"]
+    memory = MemoryConfig(
+        max_num_batched_tokens=8192, max_num_seqs=2048, block_size=32, max_model_len=4096
+    )
+    deployment = Deployment(
+        case["model"],
+        case["gpu"],
+        int(case["tensor_parallel_size"]),
+        int(case["data_parallel_size"]),
+        "fp8",
+        "fp8",
+        memory,
+    )
+    assumptions = (
+        "OpenOrca lengths: lognormal, sigma 1.0, input mean 200 (not published in the case), "
+        "output mean 290, outputs capped at 1,024",
+        "4,000 queries (MLPerf runs longer); FP8 KV cache; TensorRT-LLM approximated by vLLM v1 "
+        "scheduling with its default 8,192-token budget",
+    )
+
+    def workload() -> Workload:
+        rng = np.random.default_rng(0)
+        num = 4000
+        return Workload(
+            arrival_s=synthetic.arrival_times_s(num, 75.0, 1.0, rng),
+            input_tokens=synthetic.lognormal_lengths(num, 200, 1.0, 2048, rng),
+            output_tokens=synthetic.lognormal_lengths(num, 290, 1.0, 1024, rng),
+            class_ids=np.zeros(num, dtype=np.int64),
+            source="openorca-like",
+        )
+
+    runs = [
+        Run(
+            case["id"],
+            "output_throughput_tok_s",
+            "output_throughput_tok_s",
+            float(measured["output_throughput_tok_s"]),
+            deployment,
+            workload,
+            assumptions,
+        )
+    ]
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for stat in ("mean", "p99"):
+            runs.append(
+                Run(
+                    case["id"],
+                    f"{metric} {stat}",
+                    f"{metric.split('_')[0]}_{stat}_s",
+                    float(measured[metric][stat]),
+                    deployment,
+                    workload,
+                    assumptions,
+                )
+            )
+    return runs
+
+
+def runs_for(case: dict[str, Any]) -> list[Run]:
+    """The simulated runs that reproduce one case's measurements."""
+    case_id = str(case.get("id", ""))
+    if case_id.startswith("trtllm-"):
+        return _trtllm_runs(case)
+    if case_id.startswith("vllm060-"):
+        return _vllm060_runs(case)
+    if case_id.startswith("mlperf"):
+        return _mlperf_runs(case)
+    raise InferplanError(f"validation case {case_id!r}: no runner for this kind of case")
+
+
+def _plan(deployment: Deployment) -> MemoryPlan:
+    par = Parallelism(tp=deployment.tp, dp=deployment.dp)
+    memory = replace(
+        deployment.memory,
+        quantization=deployment.quantization,
+        kv_cache_dtype=deployment.kv_cache_dtype,
+    )
+    plan = plan_memory(load_model(deployment.model), load_gpu(deployment.gpu), par, memory)
+    if deployment.memory.block_size == 32:  # TensorRT-LLM: 0.9 of what is left after weights
+        stage = plan.worst_stage
+        used = stage.weights.total_bytes + stage.activation_bytes + stage.reserve_bytes
+        utilization = 0.9 + 0.1 * used / plan.gpu.memory_bytes
+        plan = plan_memory(
+            plan.spec, plan.gpu, par, replace(memory, gpu_memory_utilization=utilization)
+        )
+    return plan
+
+
+_METRICS: dict[str, Callable[[dict[str, Any]], float]] = {
+    "output_throughput_tok_s": lambda s: float(s["output_throughput"]),
+    "request_throughput_req_s": lambda s: float(s["request_throughput"]),
+    "tpot_mean_s": lambda s: float(s["mean_tpot_ms"]) / 1e3,
+    "tpot_p99_s": lambda s: float(s["p99_tpot_ms"]) / 1e3,
+    "ttft_mean_s": lambda s: float(s["mean_ttft_ms"]) / 1e3,
+    "ttft_p99_s": lambda s: float(s["p99_ttft_ms"]) / 1e3,
+    "e2e_mean_s": lambda s: float(s["mean_e2el_ms"]) / 1e3,
+    "e2e_p99_s": lambda s: float(s["p99_e2el_ms"]) / 1e3,
+}
+
+
+@cache
+def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[str, Any]:
+    run: Run = run_key[0]
+    plan = _plan(run.deployment)
+    model = build_step_model(plan, efficiency=efficiency)
+    result = simulate(
+        plan, model, run.workload(), ServingOptions(data_parallel_size=run.deployment.dp)
+    )
+    return summarize(result.records, result.itl, duration_s=result.duration_s)
+
+
+def predict(run: Run, efficiency: Efficiency | None = None) -> float:
+    """The simulated value of ``run.metric`` (runs sharing a workload share one simulation)."""
+    key = (replace(run, label="", metric="", measured=0.0),)
+    return _METRICS[run.metric](_summary(key, efficiency))
+
+
+def validate(
+    case_ids: list[str] | None = None, efficiency: Efficiency | None = None
+) -> list[Result]:
+    cases = bundled_cases()
+    known = [str(c["id"]) for c in cases]
+    for case_id in case_ids or []:
+        if case_id not in known:
+            raise InferplanError(f"--case: unknown case {case_id!r}; valid: {', '.join(known)}")
+    chosen = [c for c in cases if not case_ids or c["id"] in case_ids]
+    return [Result(run, predict(run, efficiency)) for case in chosen for run in runs_for(case)]

@@ -1,0 +1,77 @@
+"""The ``validate`` command's output: per case and metric, measured vs predicted and the error,
+the error summary per kind of metric, and what each case assumed where its source was silent."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from inferplan.plan.validation import Result
+
+KINDS = ("throughput", "ttft", "tpot", "e2e")
+
+
+def _kind(metric: str) -> str:
+    return "throughput" if "throughput" in metric else metric.split("_")[0]
+
+
+def validation_json(results: list[Result]) -> dict[str, Any]:
+    rows = [
+        {
+            "case": r.run.case_id,
+            "measurement": r.run.label,
+            "metric": r.run.metric,
+            "measured": r.run.measured,
+            "predicted": r.predicted,
+            "error": r.error,
+        }
+        for r in results
+    ]
+    summary = {}
+    for kind in KINDS:
+        errors = [abs(r.error) for r in results if _kind(r.run.metric) == kind]
+        if errors:
+            summary[kind] = {
+                "count": len(errors),
+                "median_abs_error": statistics.median(errors),
+                "max_abs_error": max(errors),
+            }
+    assumptions: dict[str, list[str]] = {}
+    for r in results:  # every distinct assumption of a case's runs, in order
+        listed = assumptions.setdefault(r.run.case_id, [])
+        listed.extend(a for a in r.run.assumptions if a not in listed)
+    return {"results": rows, "summary": summary, "assumptions": assumptions}
+
+
+def validation_tables(data: dict[str, Any]) -> Group:
+    table = Table(title="predicted vs measured (published cases)", title_justify="left")
+    for col in ("case", "measurement", "metric", "measured", "predicted", "error"):
+        table.add_column(
+            col, justify="left" if col in ("case", "measurement", "metric") else "right"
+        )
+    for row in data["results"]:
+        table.add_row(
+            row["case"],
+            row["measurement"],
+            row["metric"],
+            f"{row['measured']:,.4g}",
+            f"{row['predicted']:,.4g}",
+            f"{row['error']:+.1%}",
+        )
+    summary = Table(title="absolute error by kind of metric", title_justify="left")
+    for col in ("kind", "measurements", "median", "max"):
+        summary.add_column(col, justify="right")
+    for kind, row in data["summary"].items():
+        summary.add_row(
+            kind, str(row["count"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}"
+        )
+    assumed = Table(title="assumed where the source was silent", title_justify="left")
+    assumed.add_column("case")
+    assumed.add_column("assumption")
+    for case, items in data["assumptions"].items():
+        for item in items:
+            assumed.add_row(case, item)
+    return Group(table, summary, assumed)
