@@ -88,6 +88,10 @@ class Replica:
         self.batch_slots = 0
         self.idle_slot_steps = 0
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
+        # Whether every running row is a pure decode (None: unknown since the last exact step).
+        # Stretches and preemption steps keep it true; only an exact step can change it.
+        self._decoding: bool | None = None
+        self.vector_steps = True  # False: every exact step takes the general path (reference)
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -118,10 +122,56 @@ class Replica:
 
     def step(self) -> None:
         """Schedule and run one engine step; advance ``now`` by its time."""
-        plan = self._schedule_running()
-        if not plan.preempted:
-            plan = self._schedule_waiting(plan)
-        self._run(plan)
+        if not self._decode_and_admit_step():
+            plan = self._schedule_running()
+            if not plan.preempted:
+                plan = self._schedule_waiting(plan)
+            self._run(plan)
+        self._decoding = None
+
+    def is_decoding(self) -> bool:
+        """Every running request is a pure decode (cached between exact steps)."""
+        if self._decoding is None:
+            self._decoding = self.running.all_decoding
+        return self._decoding
+
+    def _decode_and_admit_step(self) -> bool:
+        """The common step in vector form: every running row decodes one token (the budget and
+        the pool allow it all) and the waiting pass admits what it can behind them. Returns
+        False, having done nothing, for any other step (and in exact mode)."""
+        cfg, run = self.cfg, self.running
+        n = len(run)
+        if not self.vector_steps or self.swapped or cfg.scheduler != "continuous":
+            return False
+        if n > cfg.max_num_batched_tokens or not self.is_decoding():
+            return False
+        computed = run.num_computed
+        crossing = computed % cfg.block_size == 0
+        new_blocks = int(np.count_nonzero(crossing))
+        if new_blocks > self.free_blocks:
+            return False
+        self.free_blocks -= new_blocks
+        run.held_blocks += crossing
+        decode_context = int(computed.sum()) + n
+        chunks: list[int] = []
+        self._admit_waiting(cfg.max_num_batched_tokens - n, chunks)
+        if n == 0 and not chunks:
+            return True
+        batch = StepBatch(
+            prefill_tokens=sum(chunks),
+            prefill_attention_pairs=float(sum(q * (q + 1) / 2 for q in chunks)),
+            num_prefill_seqs=len(chunks),
+            num_decode_seqs=n,
+            decode_context_tokens=decode_context,
+        )
+        duration = self.model.step_time(batch).total_s
+        self.trace.record(self.now, self.used_blocks)
+        self.now += duration
+        self.num_steps += 1
+        sched = np.ones(n + len(chunks), dtype=np.int64)
+        sched[n:] = chunks
+        self._finish_step(sched, duration)
+        return True
 
     def _run(self, plan: _Plan) -> None:
         """Execute a scheduled step: time it, advance ``now``, emit tokens."""
@@ -260,6 +310,13 @@ class Replica:
             self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
         if cfg.scheduler == "static" and len(run):
             return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+        self._admit_waiting(budget, sched)
+        return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+
+    def _admit_waiting(self, budget: int, sched: list[int]) -> None:
+        """The waiting pass over the queue: admit its head while the budget lasts,
+        ``max_num_seqs`` allows and the first chunk's blocks fit; append each chunk to ``sched``."""
+        cfg, run = self.cfg, self.running
         while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
             rid, tokens = self.waiting.peek()
             n = min(tokens, budget)
@@ -276,7 +333,6 @@ class Replica:
             )
             sched.append(n)
             budget -= n
-        return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
 
     def _admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
         """Blocks admission needs: the first chunk's (continuous), or the whole request's
@@ -366,7 +422,7 @@ class Replica:
         """A pure-decode batch that nothing waiting can join until an event."""
         run, cfg = self.running, self.cfg
         n = len(run)
-        if n == 0 or n > cfg.max_num_batched_tokens or self.swapped or not run.all_decoding:
+        if n == 0 or n > cfg.max_num_batched_tokens or self.swapped or not self.is_decoding():
             return False
         if not len(self.waiting) or n >= cfg.max_num_seqs or cfg.scheduler == "static":
             return True

@@ -91,6 +91,8 @@ class Simulation:
             )
             for i in range(cfg.data_parallel_size)
         ]
+        for replica in self.replicas:
+            replica.vector_steps = not cfg.exact
         self.next_request = 0
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
