@@ -168,9 +168,13 @@ class Replica:
         self.trace.record(self.now, self.used_blocks)
         self.now += duration
         self.num_steps += 1
-        sched = np.ones(n + len(chunks), dtype=np.int64)
-        sched[n:] = chunks
-        self._finish_step(sched, duration)
+        computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
+        computed[:n] += 1
+        computed[n:] = chunks  # admitted rows start from nothing computed
+        if all(q == tokens[n + j] for j, q in enumerate(chunks)):  # whole prompts: all emit
+            self._emit(slice(0, len(run)), duration)
+        else:
+            self._emit(np.flatnonzero(computed == tokens), duration)
         return True
 
     def _run(self, plan: _Plan) -> None:
@@ -372,12 +376,13 @@ class Replica:
         emits = (sched > 0) & (run.num_computed == run.num_tokens)
         self._emit(np.flatnonzero(emits), duration)
 
-    def _emit(self, rows: np.ndarray, duration: float) -> None:
-        """Rows sample one token at ``now`` (the end of a step lasting ``duration``)."""
+    def _emit(self, rows: np.ndarray | slice, duration: float) -> None:
+        """Rows (indices, or a slice from row 0) sample one token at ``now`` (the end of a step
+        lasting ``duration``)."""
         run, rec, now = self.running, self.records, self.now
-        if len(rows) == 0:
-            return
         ids = run.ids[rows]
+        if len(ids) == 0:
+            return
         first = run.num_generated[rows] == 0
         later = ~first
         if np.any(later):
@@ -391,7 +396,7 @@ class Replica:
         run.last_token_s[rows] = now
         done = run.num_generated[rows] >= run.target[rows]
         if np.any(done):
-            self._finish(rows[done])
+            self._finish(np.flatnonzero(done) if isinstance(rows, slice) else rows[done])
 
     def _record_gaps(
         self, ids: np.ndarray, gaps: np.ndarray, same: np.ndarray, duration: float
@@ -443,52 +448,55 @@ class Replica:
         context = int((run.num_computed + 1).sum())
         a, b, limit = self.model.decode_line(n, context)
         k = int((run.target - run.num_generated).min())
-        offsets = (-run.num_computed) % cfg.block_size
-        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
-        k_pool = (self.free_blocks // n) * cfg.block_size + kth
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
             k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
+        full_rounds = (self.free_blocks // n) * cfg.block_size
+        if full_rounds >= k:  # the pool lasts longer: k_pool >= full_rounds
+            return k, a, b, False
+        offsets = (-run.num_computed) % cfg.block_size
+        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
+        k_pool = full_rounds + kth
         return min(k, k_pool), a, b, k_pool < k
 
     def advance_decode(self, k: int, a: float, b: float) -> None:
         """Run ``k`` decode steps of the current batch at once."""
         run, cfg = self.running, self.cfg
         n = len(run)
-        computed, held = run.num_computed, run.held_blocks  # views: in-place ops write through
+        # Views of the columns: the in-place operations below write through.
+        computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
+        generated, tokens = run.num_generated, run.num_tokens
         context = int(computed.sum()) + n
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
         self.trace.record(self.now, self.used_blocks)
         self._count_idle_slots(k)
-        last_token = run.last_token_s
-        same = last_token == self.now
-        all_same = bool(same.all())
-        gaps = None if all_same else np.where(same, first, self.now + first - last_token)
+        # Every token time is <= now, so all rows emitted at now iff the earliest did.
+        same = None if last_token.min() == self.now else last_token == self.now
+        gaps = None if same is None else np.where(same, first, self.now + first - last_token)
         computed += k
-        new_held = -(-computed // cfg.block_size)
-        self.free_blocks -= int(new_held.sum() - held.sum())
-        held[:] = new_held
-        run.num_generated += k
-        run.num_tokens += k
+        np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
+        self.free_blocks = cfg.num_blocks - int(held.sum())  # the pool is what rows do not hold
+        generated += k
+        tokens += k
         self._stretch_itl(gaps, same, first, step, k)
         self.now += total
         self.num_steps += k
         last_token[:] = self.now
-        done = run.num_generated >= run.target
-        if done.any():
-            self._finish(np.flatnonzero(done))
+        if (generated - run.target).max() >= 0:
+            self._finish(np.flatnonzero(generated >= run.target))
 
     def _stretch_itl(
-        self, gaps: np.ndarray | None, same: np.ndarray, first: float, step: float, k: int
+        self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
     ) -> None:
         """ITL samples of a stretch: ``k`` steps for every sequence, where a sequence that did
-        not emit at the stretch's start has a longer first gap (``gaps``; None if none)."""
+        not emit at the stretch's start (``same`` False) has a longer first gap (``gaps``; both
+        None if every sequence emitted then)."""
         ids, rec = self.running.ids, self.records
         last = first + (k - 1) * step
-        if gaps is None:
+        if gaps is None or same is None:
             rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], last)
             self.itl.add_arithmetic(first, step, k, float(len(ids)))
             return
