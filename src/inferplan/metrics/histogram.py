@@ -199,12 +199,12 @@ class ItlHistogram:
             low, high = min(first_bin, last_bin), max(first_bin, last_bin)
             if high - low <= SCALAR_EDGES:
                 edges = self.grid.edges_list[low:high]
-                below = 0
+                previous = 0
                 for offset, count in enumerate(
                     [*_count_below_few(edges, first_s, step_s, num_steps), num_steps]
                 ):
-                    self.counts[low + offset] += (count - below) * weight
-                    below = count
+                    self.counts[low + offset] += (count - previous) * weight
+                    previous = count
             else:
                 below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
                 bounds = np.concatenate(([0], below, [num_steps]))
