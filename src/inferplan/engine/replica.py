@@ -172,10 +172,35 @@ class Replica:
         computed[:n] += 1
         computed[n:] = chunks  # admitted rows start from nothing computed
         if all(q == tokens[n + j] for j, q in enumerate(chunks)):  # whole prompts: all emit
-            self._emit(slice(0, len(run)), duration)
+            if not run.num_generated[n:].any():  # and all are first tokens
+                self._emit_decodes_and_firsts(n, duration)
+            else:
+                self._emit(slice(0, len(run)), duration)
         else:
             self._emit(np.flatnonzero(computed == tokens), duration)
         return True
+
+    def _emit_decodes_and_firsts(self, n: int, duration: float) -> None:
+        """``_emit`` of every row when rows ``[0, n)`` emitted before and the rest emit their
+        first token, in slices; the usual case (all emitted at this step's start) shortest."""
+        run, rec, now = self.running, self.records, self.now
+        ids, last_token = run.ids, run.last_token_s
+        if n:
+            last = last_token[:n]
+            same = last == now - duration
+            if same.all():  # _record_gaps with every gap one step long
+                rec.max_itl_s[ids[:n]] = np.fmax(rec.max_itl_s[ids[:n]], duration)
+                self.itl.add(duration, float(n))
+            else:
+                self._record_gaps(ids[:n], np.where(same, duration, now - last), same, duration)
+        rec.first_token_s[ids[n:]] = now
+        generated, tokens = run.num_generated, run.num_tokens
+        generated += 1
+        tokens += 1
+        last_token[:] = now
+        done = generated >= run.target
+        if done.any():
+            self._finish(np.flatnonzero(done))
 
     def _run(self, plan: _Plan) -> None:
         """Execute a scheduled step: time it, advance ``now``, emit tokens."""
@@ -414,10 +439,8 @@ class Replica:
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
         self.free_blocks += int(run.held_blocks[rows].sum())
-        keep = np.ones(len(run), dtype=np.bool_)
-        keep[rows] = False
-        run.keep(keep)
-        self.on_finish.extend(int(i) for i in ids)
+        run.drop(rows)
+        self.on_finish.extend(ids.tolist())
         if len(run) == 0:
             self.batch_slots = 0
 

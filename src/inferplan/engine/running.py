@@ -84,6 +84,18 @@ class RunningSet:
             buffer[:kept] = buffer[: self._size][mask]
         self._size = kept
 
+    def drop(self, rows: IntArray) -> None:
+        """Drop the rows at these ascending indices; one row by shifting the rest down."""
+        if len(rows) != 1:
+            mask = np.ones(self._size, dtype=np.bool_)
+            mask[rows] = False
+            self.keep(mask)
+            return
+        row, size = int(rows[0]), self._size
+        for buffer in self._buffers.values():
+            buffer[row : size - 1] = buffer[row + 1 : size]
+        self._size = size - 1
+
     def pop_last(self) -> tuple[int, int, int, int]:
         """Remove the last-admitted request: (id, num_computed, num_tokens, held_blocks)."""
         last = self._size - 1
