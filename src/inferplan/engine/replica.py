@@ -468,7 +468,7 @@ class Replica:
         whether it ends only because step ``k`` cannot get its blocks."""
         run, cfg = self.running, self.cfg
         n = len(run)
-        context = int((run.num_computed + 1).sum())
+        context = int(run.num_computed.sum()) + n
         a, b, limit = self.model.decode_line(n, context)
         k = int((run.target - run.num_generated).min())
         if math.isfinite(limit):
