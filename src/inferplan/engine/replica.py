@@ -122,11 +122,12 @@ class Replica:
 
     def step(self) -> None:
         """Schedule and run one engine step; advance ``now`` by its time."""
-        if not self._decode_and_admit_step():
-            plan = self._schedule_running()
-            if not plan.preempted:
-                plan = self._schedule_waiting(plan)
-            self._run(plan)
+        if self._decode_and_admit_step():
+            return
+        plan = self._schedule_running()
+        if not plan.preempted:
+            plan = self._schedule_waiting(plan)
+        self._run(plan)
         self._decoding = None
 
     def is_decoding(self) -> bool:
@@ -155,6 +156,7 @@ class Replica:
         decode_context = int(computed.sum()) + n
         chunks: list[int] = []
         self._admit_waiting(cfg.max_num_batched_tokens - n, chunks)
+        self._decoding = None
         if n == 0 and not chunks:
             return True
         batch = StepBatch(
@@ -174,6 +176,7 @@ class Replica:
         if all(q == tokens[n + j] for j, q in enumerate(chunks)):  # whole prompts: all emit
             if not run.num_generated[n:].any():  # and all are first tokens
                 self._emit_decodes_and_firsts(n, duration)
+                self._decoding = True  # every row has sampled and needs one token
             else:
                 self._emit(slice(0, len(run)), duration)
         else:
