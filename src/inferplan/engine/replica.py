@@ -17,10 +17,12 @@ A step follows vLLM v1's ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.
 ``--scheduler static`` admits a new batch only when the running set is empty and reserves each
 request's whole prompt + output, so nothing is preempted: request-level batching.
 
-Between events a pure-decode batch is constant, so ``advance_decode`` runs a whole stretch of
-steps in closed form (DESIGN §4): it ends at the first finishing sequence, the step that starts
-at or after the next arrival, the step whose block allocation would fail, or where the step-time
-line stops holding. ``exact`` mode runs the same steps one at a time.
+Between events a pure-decode batch is constant, so ``advance_decode`` (``stretch.py``, a base
+of ``Replica``) runs a whole stretch of steps in closed form (DESIGN §4): it ends at the first
+finishing sequence, the step that starts at or after the next arrival, the step whose block
+allocation would fail, or where the step-time line stops holding. ``exact`` mode runs the same
+steps one at a time. The common step (every running row decodes, the queue head is admitted)
+has a vector fast path outside exact mode, so exact mode checks it against the general one.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
+from inferplan.engine.stretch import DecodeStretches
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -61,7 +64,7 @@ class _Plan:
     preempted: bool = False
 
 
-class Replica:
+class Replica(DecodeStretches):
     """A replica's scheduler state and KV pool; its verbs run steps and advance time."""
 
     def __init__(
@@ -88,6 +91,8 @@ class Replica:
         self.batch_slots = 0
         self.idle_slot_steps = 0
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
+        self._decoding = None
+        self.vector_steps = True  # False: every exact step takes the general path (reference)
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -118,10 +123,82 @@ class Replica:
 
     def step(self) -> None:
         """Schedule and run one engine step; advance ``now`` by its time."""
+        if self._decode_and_admit_step():
+            return
         plan = self._schedule_running()
         if not plan.preempted:
             plan = self._schedule_waiting(plan)
         self._run(plan)
+        self._decoding = None
+
+    def _decode_and_admit_step(self) -> bool:
+        """The common step in vector form: every running row decodes one token (the budget and
+        the pool allow it all) and the waiting pass admits what it can behind them. Returns
+        False, having done nothing, for any other step (and in exact mode)."""
+        cfg, run = self.cfg, self.running
+        n = len(run)
+        if not self.vector_steps or self.swapped or cfg.scheduler != "continuous":
+            return False
+        if n > cfg.max_num_batched_tokens or not self.is_decoding():
+            return False
+        computed = run.num_computed
+        crossing = computed % cfg.block_size == 0
+        new_blocks = int(np.count_nonzero(crossing))
+        if new_blocks > self.free_blocks:
+            return False
+        self.free_blocks -= new_blocks
+        run.held_blocks += crossing
+        decode_context = int(computed.sum()) + n
+        chunks: list[int] = []
+        self._admit_waiting(cfg.max_num_batched_tokens - n, chunks)
+        self._decoding = None
+        if n == 0 and not chunks:
+            return True
+        batch = StepBatch(
+            prefill_tokens=sum(chunks),
+            prefill_attention_pairs=float(sum(q * (q + 1) / 2 for q in chunks)),
+            num_prefill_seqs=len(chunks),
+            num_decode_seqs=n,
+            decode_context_tokens=decode_context,
+        )
+        duration = self.model.step_time(batch).total_s
+        self.trace.record(self.now, self.used_blocks)
+        self.now += duration
+        self.num_steps += 1
+        computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
+        computed[:n] += 1
+        computed[n:] = chunks  # admitted rows start from nothing computed
+        if all(q == tokens[n + j] for j, q in enumerate(chunks)):  # whole prompts: all emit
+            if not run.num_generated[n:].any():  # and all are first tokens
+                self._emit_decodes_and_firsts(n, duration)
+                self._decoding = True  # every row has sampled and needs one token
+            else:
+                self._emit(slice(0, len(run)), duration)
+        else:
+            self._emit(np.flatnonzero(computed == tokens), duration)
+        return True
+
+    def _emit_decodes_and_firsts(self, n: int, duration: float) -> None:
+        """``_emit`` of every row when rows ``[0, n)`` emitted before and the rest emit their
+        first token, in slices; the usual case (all emitted at this step's start) shortest."""
+        run, rec, now = self.running, self.records, self.now
+        ids, last_token = run.ids, run.last_token_s
+        if n:
+            last = last_token[:n]
+            same = last == now - duration
+            if same.all():  # _record_gaps with every gap one step long
+                rec.max_itl_s[ids[:n]] = np.fmax(rec.max_itl_s[ids[:n]], duration)
+                self.itl.add(duration, float(n))
+            else:
+                self._record_gaps(ids[:n], np.where(same, duration, now - last), same, duration)
+        rec.first_token_s[ids[n:]] = now
+        generated, tokens = run.num_generated, run.num_tokens
+        generated += 1
+        tokens += 1
+        last_token[:] = now
+        done = generated >= run.target
+        if done.any():
+            self._finish(np.flatnonzero(done))
 
     def _run(self, plan: _Plan) -> None:
         """Execute a scheduled step: time it, advance ``now``, emit tokens."""
@@ -135,31 +212,6 @@ class Replica:
         self.now += duration
         self.num_steps += 1
         self._finish_step(plan.sched, duration)
-
-    def preempting_decode_step(self) -> None:
-        """The step a pure-decode batch takes when the pool cannot give every sequence crossing
-        a block boundary its new block (recompute preemption), in vector form: the running pass
-        pops the last-admitted requests until the rest fit. Popping is lazy and both sides only
-        move one way, so the number of victims is the smallest ``p`` with
-        ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
-        in a step that preempted (vLLM v1)."""
-        run, block = self.running, self.cfg.block_size
-        need = (run.num_computed % block == 0).astype(np.int64)
-        cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
-        held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
-        n = len(run)
-        fits = cum_need[n - np.arange(n + 1)] <= self.free_blocks + held_tail
-        victims = int(np.argmax(fits))
-        for _ in range(victims):
-            self._preempt_last()
-        if len(run):  # the rest decode one token each: a one-step stretch
-            a, b, _ = self.model.decode_line(len(run), int((run.num_computed + 1).sum()))
-            self.advance_decode(1, a, b)
-
-    def _count_idle_slots(self, steps: int) -> None:
-        if self.cfg.scheduler == "static":
-            self.batch_slots = max(self.batch_slots, len(self.running))
-            self.idle_slot_steps += (self.batch_slots - len(self.running)) * steps
 
     def _blocks_for(self, tokens: np.ndarray) -> np.ndarray:
         return -(-tokens // self.cfg.block_size)
@@ -260,6 +312,13 @@ class Replica:
             self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
         if cfg.scheduler == "static" and len(run):
             return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+        self._admit_waiting(budget, sched)
+        return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
+
+    def _admit_waiting(self, budget: int, sched: list[int]) -> None:
+        """The waiting pass over the queue: admit its head while the budget lasts,
+        ``max_num_seqs`` allows and the first chunk's blocks fit; append each chunk to ``sched``."""
+        cfg, run = self.cfg, self.running
         while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
             rid, tokens = self.waiting.peek()
             n = min(tokens, budget)
@@ -276,7 +335,6 @@ class Replica:
             )
             sched.append(n)
             budget -= n
-        return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
 
     def _admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
         """Blocks admission needs: the first chunk's (continuous), or the whole request's
@@ -316,12 +374,13 @@ class Replica:
         emits = (sched > 0) & (run.num_computed == run.num_tokens)
         self._emit(np.flatnonzero(emits), duration)
 
-    def _emit(self, rows: np.ndarray, duration: float) -> None:
-        """Rows sample one token at ``now`` (the end of a step lasting ``duration``)."""
+    def _emit(self, rows: np.ndarray | slice, duration: float) -> None:
+        """Rows (indices, or a slice from row 0) sample one token at ``now`` (the end of a step
+        lasting ``duration``)."""
         run, rec, now = self.running, self.records, self.now
-        if len(rows) == 0:
-            return
         ids = run.ids[rows]
+        if len(ids) == 0:
+            return
         first = run.num_generated[rows] == 0
         later = ~first
         if np.any(later):
@@ -335,7 +394,7 @@ class Replica:
         run.last_token_s[rows] = now
         done = run.num_generated[rows] >= run.target[rows]
         if np.any(done):
-            self._finish(rows[done])
+            self._finish(np.flatnonzero(done) if isinstance(rows, slice) else rows[done])
 
     def _record_gaps(
         self, ids: np.ndarray, gaps: np.ndarray, same: np.ndarray, duration: float
@@ -353,115 +412,11 @@ class Replica:
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
         self.free_blocks += int(run.held_blocks[rows].sum())
-        keep = np.ones(len(run), dtype=np.bool_)
-        keep[rows] = False
-        run.keep(keep)
-        self.on_finish.extend(int(i) for i in ids)
+        run.drop(rows)
+        self.on_finish.extend(ids.tolist())
         if len(run) == 0:
             self.batch_slots = 0
-
-    # ---- a decode stretch in closed form ----------------------------------------------------
-
-    def can_stretch(self) -> bool:
-        """A pure-decode batch that nothing waiting can join until an event."""
-        run, cfg = self.running, self.cfg
-        n = len(run)
-        if n == 0 or n > cfg.max_num_batched_tokens or self.swapped or not run.all_decoding:
-            return False
-        if not len(self.waiting) or n >= cfg.max_num_seqs or cfg.scheduler == "static":
-            return True
-        leftover = cfg.max_num_batched_tokens - n
-        if leftover <= 0:
-            return True
-        rid, tokens = self.waiting.peek()
-        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
-        return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
-            self.free_blocks - crossing
-        )
-
-    def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
-        """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
-        whether it ends only because step ``k`` cannot get its blocks."""
-        run, cfg = self.running, self.cfg
-        n = len(run)
-        context = int((run.num_computed + 1).sum())
-        a, b, limit = self.model.decode_line(n, context)
-        k = int((run.target - run.num_generated).min())
-        offsets = (-run.num_computed) % cfg.block_size
-        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
-        k_pool = (self.free_blocks // n) * cfg.block_size + kth
-        if math.isfinite(limit):
-            k = min(k, max(0, math.ceil((limit - context) / n)))
-        if math.isfinite(next_arrival_s):
-            k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
-        return min(k, k_pool), a, b, k_pool < k
-
-    def advance_decode(self, k: int, a: float, b: float) -> None:
-        """Run ``k`` decode steps of the current batch at once."""
-        run, cfg = self.running, self.cfg
-        n = len(run)
-        computed, held = run.num_computed, run.held_blocks  # views: in-place ops write through
-        context = int(computed.sum()) + n
-        first = a + b * context
-        step = b * n
-        total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        self.trace.record(self.now, self.used_blocks)
-        self._count_idle_slots(k)
-        last_token = run.last_token_s
-        same = last_token == self.now
-        all_same = bool(same.all())
-        gaps = None if all_same else np.where(same, first, self.now + first - last_token)
-        computed += k
-        new_held = -(-computed // cfg.block_size)
-        self.free_blocks -= int(new_held.sum() - held.sum())
-        held[:] = new_held
-        run.num_generated += k
-        run.num_tokens += k
-        self._stretch_itl(gaps, same, first, step, k)
-        self.now += total
-        self.num_steps += k
-        last_token[:] = self.now
-        done = run.num_generated >= run.target
-        if done.any():
-            self._finish(np.flatnonzero(done))
-
-    def _stretch_itl(
-        self, gaps: np.ndarray | None, same: np.ndarray, first: float, step: float, k: int
-    ) -> None:
-        """ITL samples of a stretch: ``k`` steps for every sequence, where a sequence that did
-        not emit at the stretch's start has a longer first gap (``gaps``; None if none)."""
-        ids, rec = self.running.ids, self.records
-        last = first + (k - 1) * step
-        if gaps is None:
-            rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], last)
-            self.itl.add_arithmetic(first, step, k, float(len(ids)))
-            return
-        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], np.maximum(gaps, last))
-        self.itl.add_arithmetic(first, step, k, float(same.sum()))
-        others = ~same
-        self.itl.add_many(gaps[others])
-        self.itl.add_arithmetic(first + step, step, k - 1, float(others.sum()))
 
 
 def _ceil_div(num: int, den: int) -> int:
     return -(-num // den)
-
-
-def _steps_before(window_s: float, a: float, b: float, context: int, n: int) -> int:
-    """Steps that start before ``window_s`` from now: the smallest ``i`` with ``S(i) >= window_s``,
-    where ``S(i) = i*a + b*(i*C + n*i*(i-1)/2)`` is the time ``i`` steps take."""
-    if window_s <= 0:
-        return 0
-
-    def elapsed(i: int) -> float:
-        return i * a + b * (i * context + n * i * (i - 1) / 2)
-
-    qa, qb = b * n / 2, a + b * context - b * n / 2
-    root = math.sqrt(qb * qb + 4 * qa * window_s)
-    guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb
-    i = max(0, math.ceil(guess) - 2)
-    while elapsed(i) < window_s:
-        i += 1
-    while i > 0 and elapsed(i - 1) >= window_s:
-        i -= 1
-    return i

@@ -24,33 +24,38 @@ _INT_COLUMNS = ("ids", "num_computed", "num_tokens", "num_generated", "target", 
 _COLUMNS = (*_INT_COLUMNS, "last_token_s")
 
 
-def _column(name: str) -> Any:
-    def get(self: RunningSet) -> Any:
-        return self._buffers[name][: self._size]
-
-    def put(self: RunningSet, values: Any) -> None:
-        self._buffers[name][: self._size] = values
-
-    return property(get, put)
-
-
 class RunningSet:
     """Requests holding KV on a replica, in admission order."""
 
-    ids: IntArray = _column("ids")
-    num_computed: IntArray = _column("num_computed")
-    num_tokens: IntArray = _column("num_tokens")
-    num_generated: IntArray = _column("num_generated")
-    target: IntArray = _column("target")
-    held_blocks: IntArray = _column("held_blocks")
-    last_token_s: FloatArray = _column("last_token_s")
+    # Views of the buffers' live rows, rebound whenever the size or a buffer changes; assigning
+    # to one writes into its buffer (``__setattr__``).
+    ids: IntArray
+    num_computed: IntArray
+    num_tokens: IntArray
+    num_generated: IntArray
+    target: IntArray
+    held_blocks: IntArray
+    last_token_s: FloatArray
+    _size: int
 
     def __init__(self, capacity: int = 64) -> None:
-        self._size = 0
         self._buffers: dict[str, np.ndarray] = {
             name: np.zeros(capacity, dtype=np.float64 if name == "last_token_s" else np.int64)
             for name in _COLUMNS
         }
+        self._resize(0)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _COLUMNS:
+            self._buffers[name][: self._size] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _resize(self, size: int) -> None:
+        """Set the number of live rows and rebind the column views to them."""
+        object.__setattr__(self, "_size", size)
+        for name, buffer in self._buffers.items():
+            object.__setattr__(self, name, buffer[:size])
 
     def __len__(self) -> int:
         return self._size
@@ -75,14 +80,26 @@ class RunningSet:
         for name, value in zip(_INT_COLUMNS, values, strict=True):
             self._buffers[name][row] = value
         self._buffers["last_token_s"][row] = last_token_s
-        self._size += 1
+        self._resize(row + 1)
 
     def keep(self, mask: BoolArray) -> None:
         """Drop the rows where ``mask`` is False (finished or preempted requests)."""
         kept = int(mask.sum())
         for buffer in self._buffers.values():
             buffer[:kept] = buffer[: self._size][mask]
-        self._size = kept
+        self._resize(kept)
+
+    def drop(self, rows: IntArray) -> None:
+        """Drop the rows at these ascending indices; one row by shifting the rest down."""
+        if len(rows) != 1:
+            mask = np.ones(self._size, dtype=np.bool_)
+            mask[rows] = False
+            self.keep(mask)
+            return
+        row, size = int(rows[0]), self._size
+        for buffer in self._buffers.values():
+            buffer[row : size - 1] = buffer[row + 1 : size]
+        self._resize(size - 1)
 
     def pop_last(self) -> tuple[int, int, int, int]:
         """Remove the last-admitted request: (id, num_computed, num_tokens, held_blocks)."""
@@ -94,7 +111,7 @@ class RunningSet:
             int(b["num_tokens"][last]),
             int(b["held_blocks"][last]),
         )
-        self._size = last
+        self._resize(last)
         return row
 
     @property

@@ -91,7 +91,10 @@ class Simulation:
             )
             for i in range(cfg.data_parallel_size)
         ]
+        for replica in self.replicas:
+            replica.vector_steps = not cfg.exact
         self.next_request = 0
+        self._arrival_s: list[float] = workload.arrival_s.tolist()
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
         self.num_routed = 0
@@ -102,7 +105,7 @@ class Simulation:
         concurrency limit, the moment a slot frees if every slot was taken at its send time."""
         if self.next_request >= self.workload.num_requests:
             return math.inf
-        sent = float(self.workload.arrival_s[self.next_request])
+        sent = self._arrival_s[self.next_request]
         limit = self.cfg.max_concurrency
         if limit is None:
             return sent
@@ -177,10 +180,9 @@ class Simulation:
     ) -> SimulationResult:
         while True:
             arrival = self._next_arrival_s()
-            busy = [r for r in self.replicas if r.has_work]
-            if not busy and math.isinf(arrival):
+            replica = self._earliest_busy()
+            if replica is None and math.isinf(arrival):
                 break
-            replica = min(busy, key=lambda r: (r.now, r.index)) if busy else None
             if replica is None or arrival <= replica.now:
                 before = self.num_done
                 self._arrive(arrival)
@@ -194,6 +196,14 @@ class Simulation:
             if on_progress and done:
                 on_progress(done)
         return self._result()
+
+    def _earliest_busy(self) -> Replica | None:
+        """The replica with work whose clock is earliest (ties to the lowest index)."""
+        if len(self.replicas) == 1:
+            only = self.replicas[0]
+            return only if only.has_work else None
+        busy = [r for r in self.replicas if r.has_work]
+        return min(busy, key=lambda r: (r.now, r.index)) if busy else None
 
     def _result(self) -> SimulationResult:
         rec = self.records

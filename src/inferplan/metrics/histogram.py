@@ -109,20 +109,21 @@ def _count_below_few(
     edges: tuple[float, ...], first_s: float, step_s: float, num_steps: int
 ) -> list[int]:
     """``_count_below`` for a few edges, with the same float expression per index."""
-    increasing = step_s > 0
     out = []
     for edge in edges:
-
-        def past(i: int, edge: float = edge) -> bool:
-            value_s = first_s + float(i) * step_s
-            return value_s >= edge if increasing else value_s < edge
-
         guess = min(max(math.ceil((edge - first_s) / step_s), 0), num_steps)
-        while guess < num_steps and not past(guess):
-            guess += 1
-        while guess > 0 and past(guess - 1):
-            guess -= 1
-        out.append(guess if increasing else num_steps - guess)
+        if step_s > 0:  # past the edge: first_s + i * step_s >= edge
+            while guess < num_steps and not first_s + float(guess) * step_s >= edge:
+                guess += 1
+            while guess > 0 and first_s + float(guess - 1) * step_s >= edge:
+                guess -= 1
+            out.append(guess)
+        else:  # past the edge: first_s + i * step_s < edge
+            while guess < num_steps and not first_s + float(guess) * step_s < edge:
+                guess += 1
+            while guess > 0 and first_s + float(guess - 1) * step_s < edge:
+                guess -= 1
+            out.append(num_steps - guess)
     return out
 
 
@@ -198,10 +199,12 @@ class ItlHistogram:
             low, high = min(first_bin, last_bin), max(first_bin, last_bin)
             if high - low <= SCALAR_EDGES:
                 edges = self.grid.edges_list[low:high]
-                bounds_list = [0, *_count_below_few(edges, first_s, step_s, num_steps), num_steps]
-                for offset in range(len(bounds_list) - 1):
-                    count = bounds_list[offset + 1] - bounds_list[offset]
-                    self.counts[low + offset] += count * weight
+                previous = 0
+                for offset, count in enumerate(
+                    [*_count_below_few(edges, first_s, step_s, num_steps), num_steps]
+                ):
+                    self.counts[low + offset] += (count - previous) * weight
+                    previous = count
             else:
                 below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
                 bounds = np.concatenate(([0], below, [num_steps]))

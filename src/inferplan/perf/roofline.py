@@ -17,7 +17,7 @@ has every formula and its sources.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime
@@ -197,7 +197,15 @@ class RooflineModel:
         efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
         return self.gpu.peak(fmt.compute_dtype) * max(efficiency, 1e-3)
 
-    def _gemm(self, name: str, params: float, rows: float, fmt: NumberFormat, count: int) -> Op:
+    def _gemm(
+        self,
+        name: str,
+        params: float,
+        rows: float,
+        fmt: NumberFormat,
+        count: int,
+        per_stage: bool = True,
+    ) -> Op:
         hidden = self.spec.hidden_size
         act = rows * ACT_BYTES * (hidden + params / hidden)
         return Op(
@@ -209,6 +217,7 @@ class RooflineModel:
             self._gemm_flops_s(fmt, rows),
             self.bandwidth * self.eff.memory_bandwidth,
             count,
+            per_stage,
         )
 
     def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
@@ -244,8 +253,8 @@ class RooflineModel:
                 )
             )
         logits = batch.num_logit_tokens / m / dpa
-        head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1)
-        ops.append(replace(head, per_stage=False))  # the last stage only, once per micro-batch
+        # The LM head runs on the last stage only, once per micro-batch.
+        ops.append(self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False))
         return ops, {"communication": comm, "overhead": self._overhead(batch)}
 
     def _attn_allreduce(self, tokens: float) -> float:

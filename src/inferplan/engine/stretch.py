@@ -1,0 +1,191 @@
+"""Pure-decode stretches in closed form, and the preemption steps that end them (DESIGN §4).
+
+Between events a pure-decode batch is constant, so ``advance_decode`` runs a whole stretch of
+steps at once: it ends at the first finishing sequence, the step that starts at or after the
+next arrival, the step whose block allocation would fail, or where the step-time line stops
+holding. ``DecodeStretches`` is the part of ``Replica`` that does this; the scheduler, the pool
+and the exact steps are in ``replica.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.running import RunningSet
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.perf.protocol import StepTimeModel
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import SchedulerConfig
+
+
+class DecodeStretches:
+    """Replica state and verbs for pure-decode stretches (a base of ``Replica``)."""
+
+    cfg: SchedulerConfig
+    model: StepTimeModel
+    records: RequestRecords
+    waiting: WaitingQueue
+    itl: ItlHistogram
+    trace: StepTrace
+    running: RunningSet
+    swapped: deque[tuple[int, int, int, int]]
+    free_blocks: int
+    now: float
+    num_steps: int
+    batch_slots: int
+    idle_slot_steps: int
+    # Whether every running row is a pure decode (None: unknown since the last exact step).
+    # Stretches and preemption steps keep it true; only an exact step can change it.
+    _decoding: bool | None
+
+    # Defined by Replica.
+    def _admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
+        raise NotImplementedError
+
+    def _preempt_last(self) -> float:
+        raise NotImplementedError
+
+    def _finish(self, rows: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def is_decoding(self) -> bool:
+        """Every running request is a pure decode (cached between exact steps)."""
+        if self._decoding is None:
+            self._decoding = self.running.all_decoding
+        return self._decoding
+
+    def _count_idle_slots(self, steps: int) -> None:
+        if self.cfg.scheduler == "static":
+            self.batch_slots = max(self.batch_slots, len(self.running))
+            self.idle_slot_steps += (self.batch_slots - len(self.running)) * steps
+
+    def can_stretch(self) -> bool:
+        """A pure-decode batch that nothing waiting can join until an event."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        if n == 0 or n > cfg.max_num_batched_tokens or self.swapped or not self.is_decoding():
+            return False
+        if not len(self.waiting) or n >= cfg.max_num_seqs or cfg.scheduler == "static":
+            return True
+        leftover = cfg.max_num_batched_tokens - n
+        if leftover <= 0:
+            return True
+        rid, tokens = self.waiting.peek()
+        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
+        return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
+            self.free_blocks - crossing
+        )
+
+    def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
+        """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
+        whether it ends only because step ``k`` cannot get its blocks."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        context = int(run.num_computed.sum()) + n
+        a, b, limit = self.model.decode_line(n, context)
+        k = int((run.target - run.num_generated).min())
+        if math.isfinite(limit):
+            k = min(k, max(0, math.ceil((limit - context) / n)))
+        if math.isfinite(next_arrival_s):
+            k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
+        full_rounds = (self.free_blocks // n) * cfg.block_size
+        if full_rounds >= k:  # the pool lasts longer: k_pool >= full_rounds
+            return k, a, b, False
+        offsets = (-run.num_computed) % cfg.block_size
+        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
+        k_pool = full_rounds + kth
+        return min(k, k_pool), a, b, k_pool < k
+
+    def advance_decode(self, k: int, a: float, b: float) -> None:
+        """Run ``k`` decode steps of the current batch at once."""
+        run, cfg = self.running, self.cfg
+        n = len(run)
+        # Views of the columns: the in-place operations below write through.
+        computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
+        generated, tokens = run.num_generated, run.num_tokens
+        context = int(computed.sum()) + n
+        first = a + b * context
+        step = b * n
+        total = k * a + b * (k * context + n * k * (k - 1) / 2)
+        self.trace.record(self.now, cfg.num_blocks - self.free_blocks)
+        self._count_idle_slots(k)
+        # Every token time is <= now, so all rows emitted at now iff the earliest did.
+        same = None if last_token.min() == self.now else last_token == self.now
+        gaps = None if same is None else np.where(same, first, self.now + first - last_token)
+        computed += k
+        np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
+        self.free_blocks = cfg.num_blocks - int(held.sum())  # the pool is what rows do not hold
+        generated += k
+        tokens += k
+        self._stretch_itl(gaps, same, first, step, k)
+        self.now += total
+        self.num_steps += k
+        last_token[:] = self.now
+        if (generated - run.target).max() >= 0:
+            self._finish(np.flatnonzero(generated >= run.target))
+
+    def _stretch_itl(
+        self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
+    ) -> None:
+        """ITL samples of a stretch: ``k`` steps for every sequence, where a sequence that did
+        not emit at the stretch's start (``same`` False) has a longer first gap (``gaps``; both
+        None if every sequence emitted then)."""
+        ids, rec = self.running.ids, self.records
+        last = first + (k - 1) * step
+        if gaps is None or same is None:
+            rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], last)
+            self.itl.add_arithmetic(first, step, k, float(len(ids)))
+            return
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], np.maximum(gaps, last))
+        self.itl.add_arithmetic(first, step, k, float(same.sum()))
+        others = ~same
+        self.itl.add_many(gaps[others])
+        self.itl.add_arithmetic(first + step, step, k - 1, float(others.sum()))
+
+    def preempting_decode_step(self) -> None:
+        """The step a pure-decode batch takes when the pool cannot give every sequence crossing
+        a block boundary its new block (recompute preemption), in vector form: the running pass
+        pops the last-admitted requests until the rest fit. Popping is lazy and both sides only
+        move one way, so the number of victims is the smallest ``p`` with
+        ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
+        in a step that preempted (vLLM v1)."""
+        run, block = self.running, self.cfg.block_size
+        need = (run.num_computed % block == 0).astype(np.int64)
+        cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
+        held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
+        n = len(run)
+        fits = cum_need[n - np.arange(n + 1)] <= self.free_blocks + held_tail
+        victims = int(np.argmax(fits))
+        for _ in range(victims):
+            self._preempt_last()
+        if len(run):  # the rest decode one token each: a one-step stretch
+            a, b, _ = self.model.decode_line(len(run), int((run.num_computed + 1).sum()))
+            self.advance_decode(1, a, b)
+
+
+def _steps_before(window_s: float, a: float, b: float, context: int, n: int) -> int:
+    """Steps that start before ``window_s`` from now: the smallest ``i`` with ``S(i) >= window_s``,
+    where ``S(i) = i*a + b*(i*C + n*i*(i-1)/2)`` is the time ``i`` steps take."""
+    if window_s <= 0:
+        return 0
+
+    def elapsed(i: int) -> float:
+        return i * a + b * (i * context + n * i * (i - 1) / 2)
+
+    qa, qb = b * n / 2, a + b * context - b * n / 2
+    root = math.sqrt(qb * qb + 4 * qa * window_s)
+    guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb
+    i = max(0, math.ceil(guess) - 2)
+    while elapsed(i) < window_s:
+        i += 1
+    while i > 0 and elapsed(i - 1) >= window_s:
+        i -= 1
+    return i
