@@ -17,8 +17,8 @@ demo: setup
 	$(RUN) python -m inferplan.demo
 
 lint: setup
-	$(RUN) ruff check src tests benchmarks
-	$(RUN) ruff format --check src tests benchmarks
+	$(RUN) ruff check src tests benchmarks scripts
+	$(RUN) ruff format --check src tests benchmarks scripts
 
 typecheck: setup
 	$(RUN) mypy
