@@ -169,11 +169,6 @@ def simulate(
     json_out: bool,
 ) -> None:
     """Replay a workload on replicas of a deployment; report what users would measure."""
-    if deployment.engine != "vllm":
-        raise InferplanError(
-            f"--engine {deployment.engine}: only vllm's scheduler is emulated so far; "
-            "memory and roofline accept sglang and trtllm"
-        )
     plan = deployment.plan()
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
@@ -186,6 +181,7 @@ def simulate(
         router=router,
         max_concurrency=max_concurrency,
         exact=exact,
+        engine=deployment.engine,
     )
     step_model = build_step_model(plan, routing=Routing(moe_skew))
     percentiles = float_list("--metric-percentiles", metric_percentiles)

@@ -119,6 +119,8 @@ def _prefill_s(prompt: int, budget: int) -> float:
 def _assert_outcomes(wl: Workload, cfg: SimulationConfig, res: SimulationResult) -> None:
     rec = res.records
     too_long = wl.input_tokens + wl.output_tokens > cfg.max_model_len
+    if cfg.scheduler.scheduler == "trtllm":  # prompts are never chunked there
+        too_long |= wl.input_tokens > cfg.scheduler.max_num_batched_tokens
     assert np.all(np.isin(rec.status, [COMPLETED, REJECTED])), "a request was left ABORTED"
     np.testing.assert_array_equal(rec.status == REJECTED, too_long)
     done = rec.status == COMPLETED
@@ -144,6 +146,7 @@ SCENARIOS = {
     "small-pool-recompute": {"num_blocks": 120},
     "small-pool-swap": {"num_blocks": 120, "preemption_mode": "swap"},
     "static": {"num_blocks": 400, "scheduler": "static"},
+    "trtllm": {"num_blocks": 400, "scheduler": "trtllm"},
     "dp3-least-outstanding": {
         "num_blocks": 150,
         "data_parallel_size": 3,

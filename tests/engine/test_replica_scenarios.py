@@ -322,6 +322,35 @@ def test_static_batching_reserves_prompt_plus_output() -> None:
     assert replica.records.num_preemptions.sum() == 0
 
 
+def test_trtllm_admits_beside_running_requests_within_their_reservations() -> None:
+    # GUARANTEED_NO_EVICT: 16-token blocks, 9 blocks. Request 0 reserves ceil((10 + 60) / 16) = 5;
+    # request 1 needs ceil((10 + 40) / 16) = 4 more: both run at once (unlike static batching),
+    # request 2 (4 more blocks) waits until one finishes, and nothing is ever preempted.
+    replica = _with_all_queued(
+        _replica([10, 10, 10], [60, 40, 40], num_blocks=9, scheduler="trtllm", block_size=16)
+    )
+    replica.step()
+    assert replica.running.ids.tolist() == [0, 1]
+    while replica.records.status[1] != int(RequestStatus.COMPLETED):
+        assert 2 not in replica.running.ids.tolist()
+        replica.step()
+        replica.check_invariants()
+    _run_to_end(replica)
+    assert replica.records.num_preemptions.sum() == 0
+    assert replica.records.first_scheduled_s[2] >= replica.records.finish_s[1]
+
+
+def test_trtllm_schedules_prompts_whole() -> None:
+    # Without chunked context a 150-token prompt waits for a step with 150 tokens of budget:
+    # with a 100-token budget it can never run, and nothing behind it is admitted.
+    replica = _with_all_queued(_replica([150, 10], [5, 5], budget=100, scheduler="trtllm"))
+    replica.step()
+    assert len(replica.running) == 0
+    roomy = _with_all_queued(_replica([150, 10], [5, 5], budget=200, scheduler="trtllm"))
+    roomy.step()
+    assert roomy.running.num_computed.tolist() == [150, 10]  # both prompts whole in one step
+
+
 def test_head_of_line_blocking() -> None:
     # 10 blocks of 16 tokens; request 0 holds 2. Request 1 (200 tokens, 13 blocks) cannot be
     # admitted; request 2 (16 tokens) would fit but waits behind it (vLLM v1's break).

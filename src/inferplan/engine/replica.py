@@ -17,6 +17,12 @@ A step follows vLLM v1's ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.
 ``--scheduler static`` admits a new batch only when the running set is empty and reserves each
 request's whole prompt + output, so nothing is preempted: request-level batching.
 
+``--engine trtllm`` emulates TensorRT-LLM's defaults (``capacityScheduler.cpp``,
+``microBatchScheduler.cpp``): GUARANTEED_NO_EVICT admits a request in arrival order only if its
+whole prompt + output fits beside what every running request still needs to finish (so it never
+preempts), and without chunked context a prompt is scheduled whole or waits for a step with
+enough token budget. Contexts and generations share a step (in-flight batching).
+
 Between events a pure-decode batch is constant, so ``advance_decode`` (``stretch.py``, a base
 of ``Replica``) runs a whole stretch of steps in closed form (DESIGN §4): it ends at the first
 finishing sequence, the step that starts at or after the next arrival, the step whose block
@@ -50,7 +56,7 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int
     preemption_mode: str = "recompute"  # or "swap"
-    scheduler: str = "continuous"  # or "static"
+    scheduler: str = "continuous"  # or "static", or "trtllm"
     kv_block_bytes: float = 0.0  # one block, every layer, per device (for swap traffic)
     host_link_bytes_s: float = 64e9
 
@@ -319,8 +325,11 @@ class Replica(DecodeStretches):
         """The waiting pass over the queue: admit its head while the budget lasts,
         ``max_num_seqs`` allows and the first chunk's blocks fit; append each chunk to ``sched``."""
         cfg, run = self.cfg, self.running
+        whole_prompts = cfg.scheduler == "trtllm"
         while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
             rid, tokens = self.waiting.peek()
+            if whole_prompts and tokens > budget:
+                break  # TensorRT-LLM without chunked context: the prompt waits for a step
             n = min(tokens, budget)
             blocks = self._admission_blocks(rid, tokens, n)
             if blocks > self.free_blocks:
@@ -337,9 +346,10 @@ class Replica(DecodeStretches):
             budget -= n
 
     def _admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
-        """Blocks admission needs: the first chunk's (continuous), or the whole request's
-        prompt + output (static batching reserves it all up front)."""
-        if self.cfg.scheduler == "static":
+        """Blocks admission needs: the first chunk's (vLLM), or the whole request's prompt +
+        output on top of what the running requests still need to finish (static batching, and
+        TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy, which therefore never preempts)."""
+        if self.cfg.scheduler != "continuous":
             total = int(self.prompt_tokens[rid] + self.target_tokens[rid])
             run = self.running
             ends = self.prompt_tokens[run.ids] + run.target

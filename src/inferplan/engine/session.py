@@ -17,6 +17,7 @@ from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
 SCHEDULERS = ("continuous", "static")
+ENGINE_SCHEDULERS = {"vllm": "continuous", "trtllm": "trtllm"}  # SGLang's is not emulated yet
 PREEMPTION_MODES = ("recompute", "swap")
 
 
@@ -29,12 +30,19 @@ class ServingOptions:
     router: str = "round_robin"
     max_concurrency: int | None = None
     exact: bool = False
+    engine: str = "vllm"
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise InferplanError(f"--scheduler: valid: {', '.join(SCHEDULERS)}")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise InferplanError(f"--preemption-mode: valid: {', '.join(PREEMPTION_MODES)}")
+        if self.engine not in ENGINE_SCHEDULERS:
+            raise InferplanError(
+                f"--engine {self.engine}: its scheduler is not emulated yet; "
+                f"simulate supports {', '.join(ENGINE_SCHEDULERS)} "
+                "(memory and roofline accept every engine)"
+            )
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
@@ -58,7 +66,9 @@ def simulate(
         block_size=cfg.block_size,
         num_blocks=plan.num_blocks,
         preemption_mode=options.preemption_mode,
-        scheduler=options.scheduler,
+        scheduler=(
+            ENGINE_SCHEDULERS[options.engine] if options.scheduler == "continuous" else "static"
+        ),
         kv_block_bytes=block_bytes,
         host_link_bytes_s=host_link,
     )

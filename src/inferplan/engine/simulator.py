@@ -9,7 +9,8 @@ is defined once: an arrival at time t is seen by any step that starts at t or la
 Client side, as ``vllm bench serve``: a request is sent at its trace time; with
 ``--max-concurrency`` it waits until fewer than that many are in flight, and its latency clock
 starts when it is sent to the server. Requests whose prompt + output exceed ``--max-model-len``
-are rejected at arrival (the OpenAI server's check).
+are rejected at arrival (the OpenAI server's check), and so are prompts longer than the token
+budget when prompts cannot be chunked (TensorRT-LLM's default).
 """
 
 from __future__ import annotations
@@ -125,8 +126,15 @@ class Simulation:
         self.next_request += 1
         rec = self.records
         rec.arrival_s[rid] = now
-        total = int(self.workload.input_tokens[rid] + self.workload.output_tokens[rid])
-        if total > self.cfg.max_model_len:
+        prompt = int(self.workload.input_tokens[rid])
+        total = prompt + int(self.workload.output_tokens[rid])
+        scheduler = self.cfg.scheduler
+        # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context) is
+        # refused, as the engine refuses one longer than its max_num_tokens.
+        unschedulable = (
+            scheduler.scheduler == "trtllm" and prompt > scheduler.max_num_batched_tokens
+        )
+        if total > self.cfg.max_model_len or unschedulable:
             rec.status[rid] = int(RequestStatus.REJECTED)
             self.num_done += 1
             return
@@ -189,13 +197,26 @@ class Simulation:
                 if on_progress and self.num_done > before:
                     on_progress(self.num_done - before)
                 continue
+            steps_before = replica.num_steps
             self._advance(replica, arrival)
+            if replica.num_steps == steps_before and not len(replica.running):
+                self._stuck(replica)
             if check is not None:
                 check(replica)
             done = self._collect(replica)
             if on_progress and done:
                 on_progress(done)
         return self._result()
+
+    def _stuck(self, replica: Replica) -> None:
+        """Nothing runs and the queue head can never be admitted: say why instead of looping."""
+        rid, tokens = replica.waiting.peek()
+        raise InferplanError(
+            f"request {rid} ({tokens} prompt tokens, {int(self.workload.output_tokens[rid])} "
+            f"output) can never be scheduled: it needs more KV blocks than the "
+            f"{replica.cfg.num_blocks} of a replica or more tokens than the step budget "
+            f"({replica.cfg.max_num_batched_tokens}); lower --max-model-len or add memory"
+        )
 
     def _earliest_busy(self) -> Replica | None:
         """The replica with work whose clock is earliest (ties to the lowest index)."""

@@ -79,6 +79,12 @@ class DecodeStretches:
         if leftover <= 0:
             return True
         rid, tokens = self.waiting.peek()
+        if cfg.scheduler == "trtllm":
+            # Whole prompts only; and the free blocks beyond the running requests' reservations
+            # do not change while they decode, so a head that does not fit stays out.
+            return tokens > leftover or self._admission_blocks(rid, tokens, tokens) > (
+                self.free_blocks
+            )
         crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
         return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
             self.free_blocks - crossing
