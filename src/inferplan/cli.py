@@ -108,7 +108,12 @@ def roofline(
 ) -> None:
     """Step-time model: prefill and decode speed, and which bound dominates."""
     plan = deployment.plan()
-    step_model = build_step_model(plan, routing=Routing(moe_skew), cuda_graphs=not no_cuda_graphs)
+    step_model = build_step_model(
+        plan,
+        efficiency=deployment.efficiency(),
+        routing=Routing(moe_skew),
+        cuda_graphs=not no_cuda_graphs,
+    )
     contexts = int_list("--context-len", context_len)
     result = {
         "model": plan.spec.name,
@@ -183,7 +188,9 @@ def simulate(
         exact=exact,
         engine=deployment.engine,
     )
-    step_model = build_step_model(plan, routing=Routing(moe_skew))
+    step_model = build_step_model(
+        plan, efficiency=deployment.efficiency(), routing=Routing(moe_skew)
+    )
     percentiles = float_list("--metric-percentiles", metric_percentiles)
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         result = run_simulation(plan, step_model, requests, options, advance)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import click
 
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.perf.efficiency import Efficiency, load_efficiency_file
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import ENGINES, engine_defaults
 from inferplan.specs.hardware import load_gpu
@@ -77,6 +79,11 @@ class DeploymentFlags:
     max_num_seqs: int | None
     block_size: int | None
     engine: str
+    calibration: str | None
+
+    def efficiency(self) -> Efficiency | None:
+        """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
+        return load_efficiency_file(Path(self.calibration)) if self.calibration else None
 
     def plan(self) -> MemoryPlan:
         return build_memory_plan(
@@ -193,6 +200,11 @@ deployment_options = _grouped(
             default="vllm",
             show_default=True,
             help="Whose defaults to use (memory, token budget, block size)",
+        ),
+        click.option(
+            "--calibration",
+            default=None,
+            help="YAML of efficiency constants (the GPU family's bundled ones by default)",
         ),
     ],
     DeploymentFlags,
