@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -28,9 +29,18 @@ from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.metrics.summary import summarize
+from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.moe import Routing
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
+from inferplan.plan.benchresult import bench_runs
+from inferplan.plan.calibration import (
+    USER_BOUNDS,
+    at_physical_limit,
+    calibration_yaml,
+    fit_simplex,
+)
+from inferplan.plan.validation import Deployment, Result, predict
 from inferplan.plan.validation import validate as run_validation
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.console import console
@@ -38,7 +48,7 @@ from inferplan.report.memory import memory_json, memory_tables
 from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
-from inferplan.report.validation import validation_json, validation_tables
+from inferplan.report.validation import calibration_table, validation_json, validation_tables
 
 
 @click.group(
@@ -222,6 +232,63 @@ def validate(cases: tuple[str, ...], json_out: bool) -> None:
         _print_json(data)
     else:
         console().print(validation_tables(data))
+
+
+@app.command()
+@deployment_options
+@click.argument("results", nargs=-1, required=True)
+@click.option(
+    "--output",
+    "-o",
+    default="calibration.yaml",
+    show_default=True,
+    help="Where to write the fitted constants (for --calibration)",
+)
+@json_option
+def calibrate(
+    deployment: DeploymentFlags, results: tuple[str, ...], output: str, json_out: bool
+) -> None:
+    """Fit the efficiency constants to `vllm bench serve --save-result` files of this deployment."""
+    plan = deployment.plan()
+    target = Deployment(
+        deployment.model,
+        deployment.gpu,
+        deployment.tp,
+        deployment.dp,
+        deployment.quantization,
+        deployment.kv_cache_dtype,
+        plan.config,
+        engine=deployment.engine,
+    )
+    runs = [run for path in results for run in bench_runs(Path(path), target)]
+    start = deployment.efficiency() or efficiency_for(plan.gpu)
+    before = [Result(run, predict(run, start)) for run in runs]
+    fitted, after = fit_simplex(runs, start, USER_BOUNDS)
+    rows = [
+        {
+            "file": b.run.case_id,
+            "metric": b.run.metric,
+            "measured": b.run.measured,
+            "error_before": b.error,
+            "error_after": a.error,
+        }
+        for b, a in zip(before, after, strict=True)
+    ]
+    pressed = at_physical_limit(fitted, USER_BOUNDS)
+    report = {"constants": fitted.to_dict(), "rows": rows, "refused": pressed or None}
+    if json_out:
+        _print_json(report)
+    else:
+        console().print(calibration_table(report))
+    if pressed:
+        raise DoesNotFitError(
+            f"calibrate: the fit needs {', '.join(pressed)} at the hardware's peak or above: "
+            "the model is missing a mechanism for these runs; no file written"
+        )
+    header = [
+        f"inferplan calibrate for {plan.spec.name} on {plan.gpu.key} from {', '.join(results)}"
+    ]
+    Path(output).write_text(calibration_yaml(fitted, header))
 
 
 @app.command()

@@ -5,10 +5,13 @@ The objective is the mean over every measured number of a robust loss of its log
 and under-prediction alike, and the Huber knee keeps a case that sits near saturation (where
 latency explodes for a small change in capacity) from dragging every constant on its own.
 
-The search is a bounded coordinate descent: each constant in turn is optimised by golden-section
-search inside its physical bounds (fractions in (0, 1], overheads non-negative) with the others
-held, for a few sweeps. Nothing is tuned per case: one set of constants serves every case of a
-GPU family. Each evaluation simulates every case end to end, so the fit costs minutes.
+The search stays inside physical bounds (fractions in (0, 1], overheads non-negative). Two
+methods: a coordinate descent (each constant in turn by golden-section search, the others held,
+for a few sweeps; cheap per sweep, the all-cases fit), and a Nelder-Mead simplex in coordinates
+scaled to the bounds (Nelder & Mead 1965; it follows the narrow valleys that coupled constants
+make, e.g. weight streaming vs per-step overhead, used by ``inferplan calibrate``). Nothing is
+tuned per case: one set of constants serves every case of a GPU family. Each evaluation
+simulates every case end to end, so the all-cases fit costs minutes.
 """
 
 from __future__ import annotations
@@ -32,6 +35,21 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 0.01),
     "per_seq_overhead_s": (0.0, 5e-5),
 }
+
+
+# What a user's benchmark results can pin down: throughput at load (GEMM efficiency), single-
+# stream speed (weight streaming) and per-step overhead.
+USER_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_compute": (0.2, 1.0),
+    "memory_bandwidth": (0.4, 1.0),
+    "step_overhead_s": (0.0, 0.01),
+}
+FRACTIONS = ("gemm_compute", "memory_bandwidth", "attention_compute", "attention_memory")
+
+
+def at_physical_limit(eff: Efficiency, bounds: dict[str, tuple[float, float]]) -> list[str]:
+    """Fitted fractions pressed against 1 (the fit wanted more than the hardware's peak)."""
+    return [name for name in bounds if name in FRACTIONS and getattr(eff, name) >= 0.999]
 
 
 def huber(x: float, knee: float = HUBER_KNEE) -> float:
@@ -68,15 +86,91 @@ def _golden(objective: Callable[[float], float], low: float, high: float, steps:
     return c if fc <= fd else d
 
 
+def nelder_mead(
+    objective: Callable[[list[float]], float], start: list[float], iterations: int
+) -> list[float]:
+    """Minimise ``objective`` over the unit cube (points are clipped into it)."""
+
+    def clip(point: list[float]) -> list[float]:
+        return [min(1.0, max(0.0, x)) for x in point]
+
+    dims = len(start)
+    simplex = [clip(start)]
+    for i in range(dims):
+        vertex = list(start)
+        vertex[i] += 0.15 if vertex[i] < 0.85 else -0.15
+        simplex.append(clip(vertex))
+    values = [objective(p) for p in simplex]
+    for _ in range(iterations):
+        order = sorted(range(dims + 1), key=lambda i: values[i])
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centroid = [sum(p[d] for p in simplex[:-1]) / dims for d in range(dims)]
+
+        def toward(
+            t: float, centroid: list[float] = centroid, worst: list[float] = simplex[-1]
+        ) -> list[float]:
+            return clip([c + t * (w - c) for c, w in zip(centroid, worst, strict=True)])
+
+        reflected = toward(-1.0)
+        value = objective(reflected)
+        if value < values[0]:
+            expanded = toward(-2.0)
+            expanded_value = objective(expanded)
+            simplex[-1], values[-1] = (
+                (expanded, expanded_value) if expanded_value < value else (reflected, value)
+            )
+        elif value < values[-2]:
+            simplex[-1], values[-1] = reflected, value
+        else:
+            contracted = toward(0.5)
+            contracted_value = objective(contracted)
+            if contracted_value < values[-1]:
+                simplex[-1], values[-1] = contracted, contracted_value
+            else:  # shrink toward the best vertex
+                best = simplex[0]
+                simplex = [best] + [
+                    [b + 0.5 * (x - b) for b, x in zip(best, p, strict=True)] for p in simplex[1:]
+                ]
+                values = [values[0]] + [objective(p) for p in simplex[1:]]
+    return simplex[min(range(dims + 1), key=lambda i: values[i])]
+
+
+def fit_simplex(
+    runs: list[Run],
+    start: Efficiency,
+    bounds: dict[str, tuple[float, float]],
+    *,
+    iterations: int = 80,
+) -> tuple[Efficiency, list[Result]]:
+    """Constants minimising ``loss`` over ``runs`` by a simplex search inside ``bounds``."""
+    names = list(bounds)
+
+    def constants(point: list[float]) -> Efficiency:
+        values = {
+            name: bounds[name][0] + x * (bounds[name][1] - bounds[name][0])
+            for name, x in zip(names, point, strict=True)
+        }
+        return replace(start, **values)
+
+    def objective(point: list[float]) -> float:
+        eff = constants(point)
+        return loss([Result(run, predict(run, eff)) for run in runs])
+
+    origin = [(getattr(start, name) - low) / (high - low) for name, (low, high) in bounds.items()]
+    best = constants(nelder_mead(objective, origin, iterations))
+    return best, [Result(run, predict(run, best)) for run in runs]
+
+
 def fit_efficiency(
     runs: list[Run],
     start: Efficiency,
     *,
     sweeps: int = 2,
     steps: int = 6,
+    bounds: dict[str, tuple[float, float]] | None = None,
     on_step: Callable[[FitStep], None] | None = None,
 ) -> tuple[Efficiency, list[Result]]:
-    """Constants minimising ``loss`` over ``runs``, starting from ``start``."""
+    """Constants minimising ``loss`` over ``runs`` by coordinate descent from ``start``."""
 
     def evaluate(eff: Efficiency) -> float:
         return loss([Result(run, predict(run, eff)) for run in runs])
@@ -84,7 +178,7 @@ def fit_efficiency(
     best = start
     best_loss = evaluate(best)
     for _ in range(sweeps):
-        for name, (low, high) in BOUNDS.items():
+        for name, (low, high) in (bounds or BOUNDS).items():
 
             def objective(value: float, name: str = name, base: Efficiency = best) -> float:
                 return evaluate(replace(base, **{name: value}))
@@ -96,3 +190,10 @@ def fit_efficiency(
             if on_step is not None:
                 on_step(FitStep(name, getattr(best, name), best_loss))
     return best, [Result(run, predict(run, best)) for run in runs]
+
+
+def calibration_yaml(eff: Efficiency, header: list[str]) -> str:
+    """A ``--calibration`` file: ``header`` as comments, then every constant."""
+    lines = [f"# {line}" for line in header] + ["efficiency:"]
+    lines += [f"  {name}: {value:.6g}" for name, value in eff.to_dict().items()]
+    return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ class Run:
     deployment: Deployment
     workload: Callable[[], Workload]
     assumptions: tuple[str, ...]
+    max_concurrency: int | None = None  # the client's limit, as vllm bench serve applies it
 
 
 @dataclass(frozen=True)
@@ -330,7 +331,11 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
     run: Run = run_key[0]
     plan = _plan(run.deployment)
     model = build_step_model(plan, efficiency=efficiency)
-    options = ServingOptions(data_parallel_size=run.deployment.dp, engine=run.deployment.engine)
+    options = ServingOptions(
+        data_parallel_size=run.deployment.dp,
+        engine=run.deployment.engine,
+        max_concurrency=run.max_concurrency,
+    )
     result = simulate(plan, model, run.workload(), options)
     return summarize(result.records, result.itl, duration_s=result.duration_s)
 

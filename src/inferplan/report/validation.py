@@ -75,3 +75,23 @@ def validation_tables(data: dict[str, Any]) -> Group:
         for item in items:
             assumed.add_row(case, item)
     return Group(table, summary, assumed)
+
+
+def calibration_table(report: dict[str, Any]) -> Group:
+    table = Table(title="calibration: error before and after the fit", title_justify="left")
+    for col in ("file", "metric", "measured", "before", "after"):
+        table.add_column(col, justify="left" if col in ("file", "metric") else "right")
+    for row in report["rows"]:
+        table.add_row(
+            row["file"],
+            row["metric"],
+            f"{row['measured']:,.4g}",
+            f"{row['error_before']:+.1%}",
+            f"{row['error_after']:+.1%}",
+        )
+    constants = Table(title="fitted constants", title_justify="left")
+    constants.add_column("constant")
+    constants.add_column("value", justify="right")
+    for name, value in report["constants"].items():
+        constants.add_row(name, f"{value:.4g}")
+    return Group(table, constants)

@@ -1,0 +1,119 @@
+"""A user's own measurements: ``vllm bench serve --save-result`` files as validation runs.
+
+A result file records the run's settings (``num_prompts``, ``request_rate``, ``burstiness``,
+``max_concurrency``) and totals (``completed``, ``total_input_tokens``, ``total_output_tokens``)
+but not each request's lengths, so the run is re-simulated with every request at the mean
+input and output length (exact for ``--dataset-name random`` with ``--random-range-ratio 0``,
+vLLM's default). The measurements taken from it are ``output_throughput``, ``mean_ttft_ms`` and
+``mean_tpot_ms``, each when present and positive.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferplan.errors import InferplanError
+from inferplan.plan.validation import Deployment, Run
+from inferplan.workload import synthetic
+from inferplan.workload.request import Workload
+
+MEASUREMENTS = {
+    "output_throughput": ("output_throughput_tok_s", 1.0),
+    "mean_ttft_ms": ("ttft_mean_s", 1e-3),
+    "mean_tpot_ms": ("tpot_mean_s", 1e-3),
+}
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    num_requests: int
+    input_tokens: int
+    output_tokens: int
+    request_rate: float
+    burstiness: float
+    max_concurrency: int | None
+
+
+def _number(data: dict[str, Any], key: str, path: Path) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InferplanError(f"{path}: key {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def read_bench_result(path: Path) -> tuple[BenchSettings, dict[str, float]]:
+    """Settings and measurements of one result file; errors name the file and the key."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InferplanError(f"{path}: no such result file") from None
+    except json.JSONDecodeError as err:
+        raise InferplanError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise InferplanError(f"{path}: expected a JSON object (a vllm bench serve result)")
+    completed = int(_number(data, "completed", path))
+    if completed < 1:
+        raise InferplanError(f"{path}: key 'completed' must be >= 1, got {completed}")
+    rate = data.get("request_rate", "inf")
+    request_rate = math.inf if rate in ("inf", None) else _number(data, "request_rate", path)
+    concurrency = data.get("max_concurrency")
+    settings = BenchSettings(
+        num_requests=completed,
+        input_tokens=max(1, round(_number(data, "total_input_tokens", path) / completed)),
+        output_tokens=max(1, round(_number(data, "total_output_tokens", path) / completed)),
+        request_rate=request_rate,
+        burstiness=float(data.get("burstiness") or 1.0),
+        max_concurrency=None
+        if concurrency is None
+        else int(_number(data, "max_concurrency", path)),
+    )
+    measured = {}
+    for key, (metric, scale) in MEASUREMENTS.items():
+        if key in data and data[key] is not None and _number(data, key, path) > 0:
+            measured[metric] = _number(data, key, path) * scale
+    if not measured:
+        raise InferplanError(f"{path}: none of {', '.join(MEASUREMENTS)} is present")
+    return settings, measured
+
+
+def bench_workload(settings: BenchSettings, seed: int = 0) -> Workload:
+    """Every request at the mean lengths, arrivals as ``vllm bench serve`` sends them."""
+    n = settings.num_requests
+    rng = np.random.default_rng(seed)
+    return Workload(
+        arrival_s=synthetic.arrival_times_s(n, settings.request_rate, settings.burstiness, rng),
+        input_tokens=np.full(n, settings.input_tokens, dtype=np.int64),
+        output_tokens=np.full(n, settings.output_tokens, dtype=np.int64),
+        class_ids=np.zeros(n, dtype=np.int64),
+        source="vllm-bench-result",
+    )
+
+
+def bench_runs(path: Path, deployment: Deployment) -> list[Run]:
+    """One validation run per measurement in the file."""
+    settings, measured = read_bench_result(path)
+    assumptions = (
+        f"every request at the mean lengths ({settings.input_tokens} in, "
+        f"{settings.output_tokens} out)",
+    )
+    workload = partial(bench_workload, settings)
+    return [
+        Run(
+            str(path),
+            metric,
+            metric,
+            value,
+            deployment,
+            workload,
+            assumptions,
+            settings.max_concurrency,
+        )
+        for metric, value in measured.items()
+    ]
