@@ -28,6 +28,7 @@ from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOption
 from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
+from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.factory import build_step_model
@@ -211,7 +212,7 @@ def simulate(
         duration_s=result.duration_s,
         percentiles=percentiles,
         goodput_slo_ms=goodput_slo(goodput),
-        kv_usage=traces[0] if len(traces) == 1 else None,
+        kv_usage=combine_usage([u for u in (t.summary() for t in traces) if u is not None]),
     )
     summary["num_steps"] = result.num_steps
     summary["idle_slot_steps"] = result.idle_slot_steps

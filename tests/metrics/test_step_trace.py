@@ -76,3 +76,21 @@ def test_series_is_capped_and_preserves_mean_and_peak() -> None:
     ends = np.append(starts[1:], times_s[-1])
     series_mean = np.sum(np.asarray(summary.series_mean) * (ends - starts)) / (ends[-1] - starts[0])
     assert series_mean == pytest.approx(summary.mean, rel=1e-9)
+
+
+def test_combined_replicas_average_the_mean_and_keep_the_busiest_peak() -> None:
+    from inferplan.metrics.steptrace import KvUsageSummary, combine_usage
+
+    a = KvUsageSummary(0.2, 0.5, (0.0, 10.0), (0.1, 0.3), (0.2, 0.5))
+    b = KvUsageSummary(0.4, 0.9, (0.0, 5.0), (0.4, 0.4), (0.9, 0.6))
+    both = combine_usage([a, b])
+    assert both is not None
+    assert both.mean == pytest.approx(0.3)
+    assert both.max == 0.9
+    assert both.series_time_s == (0.0, 5.0, 10.0)
+    # At 0 s: a in its first segment (0.1), b in its first (0.4); at 5 s: a still first, b second;
+    # at 10 s: a second (0.3), b second (0.4).
+    assert both.series_mean == pytest.approx((0.25, 0.25, 0.35))
+    assert both.series_max == (0.9, 0.6, 0.6)
+    assert combine_usage([a]) is a
+    assert combine_usage([]) is None

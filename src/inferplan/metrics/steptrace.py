@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class KvUsageSummary:
@@ -130,4 +132,29 @@ def _pairwise(
         [ends[min(k + 1, len(ends) - 1)] for k in idx],
         [sum(areas[k : k + 2]) for k in idx],
         [max(peaks[k : k + 2]) for k in idx],
+    )
+
+
+def combine_usage(summaries: list[KvUsageSummary]) -> KvUsageSummary | None:
+    """Several equal replicas' KV usage as one fleet: ``mean`` is the average of their
+    time-weighted means (equal pools, so the fleet's used fraction); ``max`` and the series'
+    maxima are the busiest replica's (a replica runs out alone, not the fleet). The series is on
+    the union of the replicas' segment starts, each replica read at the segment it is in."""
+    if not summaries:
+        return None
+    if len(summaries) == 1:
+        return summaries[0]
+    grid = np.unique(np.concatenate([np.asarray(s.series_time_s) for s in summaries]))
+    means, maxima = [], []
+    for s in summaries:
+        starts = np.asarray(s.series_time_s)
+        index = np.clip(np.searchsorted(starts, grid, side="right") - 1, 0, len(starts) - 1)
+        means.append(np.asarray(s.series_mean)[index])
+        maxima.append(np.asarray(s.series_max)[index])
+    return KvUsageSummary(
+        mean=float(np.mean([s.mean for s in summaries])),
+        max=float(max(s.max for s in summaries)),
+        series_time_s=tuple(grid.tolist()),
+        series_mean=tuple(np.mean(means, axis=0).tolist()),
+        series_max=tuple(np.max(maxima, axis=0).tolist()),
     )
