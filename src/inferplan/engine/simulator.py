@@ -32,6 +32,13 @@ from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
 
+def same_time_s(now: float) -> float:
+    """How far apart two clock readings may be and still be the same instant. Fast mode sums a
+    stretch's steps in closed form, exact mode one by one: the same instant differs in the last
+    bits, and an arrival tied with a step boundary must be ordered the same way in both."""
+    return 1e-9 * max(1.0, abs(now)) if math.isfinite(now) else 0.0
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
     scheduler: SchedulerConfig
@@ -158,6 +165,8 @@ class Simulation:
             # stretch must not run past the point where that replica stands.
             others = [r.now for r in self.replicas if r is not replica and r.has_work]
             next_arrival_s = min([next_arrival_s, *others])
+        # A step starting within rounding of the bound counts as starting at it (it sees it).
+        next_arrival_s -= same_time_s(next_arrival_s)
         while True:
             k, a, b, pool_bound = replica.stretch_steps(next_arrival_s)
             if k > 0:
@@ -191,7 +200,7 @@ class Simulation:
             replica = self._earliest_busy()
             if replica is None and math.isinf(arrival):
                 break
-            if replica is None or arrival <= replica.now:
+            if replica is None or arrival <= replica.now + same_time_s(replica.now):
                 before = self.num_done
                 self._arrive(arrival)
                 if on_progress and self.num_done > before:
@@ -224,7 +233,11 @@ class Simulation:
             only = self.replicas[0]
             return only if only.has_work else None
         busy = [r for r in self.replicas if r.has_work]
-        return min(busy, key=lambda r: (r.now, r.index)) if busy else None
+        if not busy:
+            return None
+        # Clocks within rounding of each other are equal: the lowest index goes first.
+        earliest = min(r.now for r in busy)
+        return next(r for r in busy if r.now <= earliest + same_time_s(earliest))
 
     def _result(self) -> SimulationResult:
         rec = self.records
