@@ -292,3 +292,29 @@ def test_fast_equals_exact_on_other_architectures(
         }
     )
     _check_case(case, model_name, gpu, pp)
+
+
+def test_arrival_tied_with_a_step_boundary_across_replicas() -> None:
+    """Regression: two replicas finish at the same instant, which releases a held request; the
+    closed-form and the step-by-step clocks differ in the last bits there, and the tie must be
+    broken alike (the request is routed before either replica steps on)."""
+    case = Case(
+        num_requests=20,
+        max_input=1,
+        max_output=3,
+        request_rate=math.inf,
+        burstiness=0.3,
+        seed=571,
+        block_size=1,
+        spare_blocks=None,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        preemption_mode="recompute",
+        scheduler="continuous",
+        data_parallel_size=2,
+        router="round_robin",
+        scheduling_policy="fcfs",
+        max_concurrency=4,
+        reject_some=False,
+    )
+    _check_case(case)
