@@ -33,10 +33,11 @@ from inferplan.workload.request import Workload
 
 
 def same_time_s(now: float) -> float:
-    """How far apart two clock readings may be and still be the same instant. Fast mode sums a
-    stretch's steps in closed form, exact mode one by one: the same instant differs in the last
-    bits, and an arrival tied with a step boundary must be ordered the same way in both."""
-    return 1e-9 * max(1.0, abs(now)) if math.isfinite(now) else 0.0
+    """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
+    Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
+    differs in the last bits, and an arrival tied with a step boundary must be ordered the same
+    way in both."""
+    return 1e-9 * (now + 1.0)
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ class Simulation:
             others = [r.now for r in self.replicas if r is not replica and r.has_work]
             next_arrival_s = min([next_arrival_s, *others])
         # A step starting within rounding of the bound counts as starting at it (it sees it).
-        next_arrival_s -= same_time_s(next_arrival_s)
+        if next_arrival_s < math.inf:
+            next_arrival_s -= same_time_s(next_arrival_s)
         while True:
             k, a, b, pool_bound = replica.stretch_steps(next_arrival_s)
             if k > 0:
