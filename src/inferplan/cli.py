@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import RenderableType
 
 from inferplan.cli_flags import (
     DeploymentFlags,
@@ -65,16 +67,21 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
+def _show(data: Any, json_out: bool, render: Callable[[Any], RenderableType]) -> None:
+    """``data`` as JSON on stdout, or ``render(data)`` as terminal tables."""
+    if json_out:
+        _print_json(data)
+    else:
+        console().print(render(data))
+
+
 @app.command()
 @deployment_options
 @json_option
 def memory(deployment: DeploymentFlags, json_out: bool) -> None:
     """Per-device memory plan: weights, activations, KV cache, and max concurrency."""
     plan = deployment.plan()
-    if json_out:
-        _print_json(memory_json(plan))
-    else:
-        console().print(memory_tables(plan))
+    _show(memory_json(plan), json_out, lambda _: memory_tables(plan))
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
 
@@ -139,10 +146,7 @@ def roofline(
         ],
         "compute_bound_batch_size": compute_bound_batch_size(step_model),
     }
-    if json_out:
-        _print_json(result)
-    else:
-        console().print(roofline_tables(result))
+    _show(result, json_out, roofline_tables)
 
 
 @app.command()
@@ -217,10 +221,7 @@ def simulate(
     summary["num_steps"] = result.num_steps
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
-    if json_out:
-        _print_json(summary)
-    else:
-        console().print(simulate_tables(summary))
+    _show(summary, json_out, simulate_tables)
 
 
 @app.command()
@@ -229,10 +230,7 @@ def simulate(
 def validate(cases: tuple[str, ...], json_out: bool) -> None:
     """Simulate the bundled published measurements; print measured vs predicted and the error."""
     data = validation_json(run_validation(list(cases) or None))
-    if json_out:
-        _print_json(data)
-    else:
-        console().print(validation_tables(data))
+    _show(data, json_out, validation_tables)
 
 
 @app.command()
@@ -277,10 +275,7 @@ def calibrate(
     ]
     pressed = at_physical_limit(fitted, USER_BOUNDS)
     report = {"constants": fitted.to_dict(), "rows": rows, "refused": pressed or None}
-    if json_out:
-        _print_json(report)
-    else:
-        console().print(calibration_table(report))
+    _show(report, json_out, calibration_table)
     if pressed:
         raise DoesNotFitError(
             f"calibrate: the fit needs {', '.join(pressed)} at the hardware's peak or above: "
@@ -296,20 +291,14 @@ def calibrate(
 @json_option
 def models(json_out: bool) -> None:
     """List the bundled models with total and active parameters."""
-    if json_out:
-        _print_json(models_json())
-    else:
-        console().print(models_table())
+    _show(models_json(), json_out, models_table)
 
 
 @app.command()
 @json_option
 def gpus(json_out: bool) -> None:
     """List the bundled accelerators (published figures, sources in the catalog file)."""
-    if json_out:
-        _print_json(gpus_json())
-    else:
-        console().print(gpus_table())
+    _show(gpus_json(), json_out, gpus_table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,11 +30,11 @@ def models_json() -> list[dict[str, Any]]:
     return [_model_row(load_model(hf_id(short))) for short in BUNDLED_MODELS]
 
 
-def models_table() -> Table:
+def models_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="bundled models (--model takes the id, the part after '/', or a path)")
     for col in ("id", "type", "layers", "total (B)", "active (B)", "weights", "max len"):
         table.add_column(col, justify="left" if col in ("id", "type", "weights") else "right")
-    for row in models_json():
+    for row in rows:
         table.add_row(
             row["id"],
             row["model_type"],
@@ -73,24 +73,23 @@ def gpus_json() -> list[dict[str, Any]]:
     return [_gpu_row(gpu, shorts.get(key)) for key, gpu in bundled_gpus().items()]
 
 
-def _tflops(gpu: GpuSpec, dtype: str) -> str:
-    return f"{gpu.peak_flops[dtype] / 1e12:,.0f}" if dtype in gpu.peak_flops else "-"
+def _tflops(peaks: dict[str, float], dtype: str) -> str:
+    return f"{peaks[dtype] / 1e12:,.0f}" if dtype in peaks else "-"
 
 
-def gpus_table() -> Table:
+def gpus_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="bundled GPUs (dense peaks; sources in the catalog file)")
     for col in ("--gpu", "key", "memory GiB", "HBM TB/s", "bf16 TFLOPS", "fp8 TFLOPS", "$/h"):
         table.add_column(col, justify="left" if col in ("--gpu", "key") else "right")
-    shorts = _short_names()
-    for key, gpu in bundled_gpus().items():
-        price = gpu.price_usd_per_hour
+    for row in rows:
+        price = row["price_usd_per_hour"]
         table.add_row(
-            shorts.get(key, key),
-            key,
-            f"{gpu.memory_bytes / GIB:.1f}",
-            f"{gpu.memory_bandwidth_bytes_s / 1e12:.2f}",
-            _tflops(gpu, "bf16"),
-            _tflops(gpu, "fp8"),
+            row["short_name"] or row["key"],
+            row["key"],
+            f"{row['memory_bytes'] / GIB:.1f}",
+            f"{row['memory_bandwidth_bytes_s'] / 1e12:.2f}",
+            _tflops(row["peak_flops"], "bf16"),
+            _tflops(row["peak_flops"], "fp8"),
             f"{price:.2f}" if price else "-",
         )
     return table
