@@ -49,12 +49,8 @@ def _write_results(tmp_path: Path) -> list[str]:
     return paths
 
 
-def test_calibration_recovers_the_constants(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    paths = _write_results(tmp_path)
-    output = tmp_path / "calibration.yaml"
-    argv = [
+def _calibrate_argv(output: Path, paths: list[str]) -> list[str]:
+    return [
         "calibrate",
         "--model",
         "Llama-3.1-8B",
@@ -67,6 +63,14 @@ def test_calibration_recovers_the_constants(
         "--json",
         *paths,
     ]
+
+
+def test_calibration_recovers_the_constants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = _write_results(tmp_path)
+    output = tmp_path / "calibration.yaml"
+    argv = _calibrate_argv(output, paths)
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert all(abs(row["error_after"]) < 0.02 for row in report["rows"])
@@ -120,19 +124,7 @@ def test_a_fit_that_needs_more_than_the_peak_is_refused(
         data["mean_tpot_ms"] /= 10
         Path(path).write_text(json.dumps(data))
     output = tmp_path / "calibration.yaml"
-    argv = [
-        "calibrate",
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--max-model-len",
-        "4096",
-        "-o",
-        str(output),
-        "--json",
-        *paths,
-    ]
+    argv = _calibrate_argv(output, paths)
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert "missing a mechanism" in err and "\n" not in err
