@@ -157,7 +157,8 @@ def roofline(
     type=click.Choice(SCHEDULERS),
     default="continuous",
     show_default=True,
-    help="Continuous (iteration-level) or static batching",
+    help="Continuous (iteration-level, chunked prefill), static batching, or prefill-first "
+    "(vLLM V0 without chunked prefill: new prompts run in steps of their own)",
 )
 @click.option(
     "--preemption-mode", type=click.Choice(PREEMPTION_MODES), default="recompute", show_default=True

@@ -87,7 +87,10 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
     else:
         num_blocks = one_request + 3 + case.spare_blocks
     sched = SchedulerConfig(
-        max_num_batched_tokens=case.max_num_batched_tokens,
+        # Without chunked prefill a preempted request's whole prompt must fit one step.
+        max_num_batched_tokens=case.max_num_batched_tokens
+        if case.scheduler != "prefill_first"
+        else max(case.max_num_batched_tokens, max_model_len),
         max_num_seqs=case.max_num_seqs,
         block_size=case.block_size,
         num_blocks=num_blocks,
@@ -175,7 +178,9 @@ def cases(draw: st.DrawFn, data_parallel_sizes: tuple[int, ...] = (1,)) -> Case:
         max_num_seqs=draw(st.sampled_from([2, 5, 16, 1024])),
         max_num_batched_tokens=draw(st.sampled_from([64, 256, 1000, 2048, 8192])),
         preemption_mode=draw(st.sampled_from(["recompute", "swap"])),
-        scheduler=draw(st.sampled_from(["continuous", "continuous", "static", "trtllm"])),
+        scheduler=draw(
+            st.sampled_from(["continuous", "continuous", "static", "trtllm", "prefill_first"])
+        ),
         data_parallel_size=draw(st.sampled_from(data_parallel_sizes)),
         router=draw(st.sampled_from(["round_robin", "least_outstanding"])),
         scheduling_policy=draw(st.sampled_from(["fcfs", "priority", "spf"])),

@@ -147,6 +147,7 @@ SCENARIOS = {
     "small-pool-swap": {"num_blocks": 120, "preemption_mode": "swap"},
     "static": {"num_blocks": 400, "scheduler": "static"},
     "trtllm": {"num_blocks": 400, "scheduler": "trtllm"},
+    "prefill-first": {"num_blocks": 120, "scheduler": "prefill_first", "budget": 1100},
     "dp3-least-outstanding": {
         "num_blocks": 150,
         "data_parallel_size": 3,

@@ -389,3 +389,39 @@ def test_one_token_final_prefill_chunk_records_first_token() -> None:
     cfg = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=16, block_size=16, num_blocks=100)
     res = Simulation(wl, SimulationConfig(cfg, 1024, exact=False), _model()).run()
     assert not math.isnan(res.records.first_token_s[0])
+
+
+def test_prefill_first_runs_new_prompts_in_steps_of_their_own() -> None:
+    # vLLM V0 without chunked prefill: request 0 decodes; when request 1 arrives the next step
+    # is its whole prompt alone (request 0 waits a step), then both decode together.
+    replica = _replica([100, 300], [5, 5], scheduler="prefill_first")
+    replica.add_request(0)
+    replica.step()
+    assert replica.now == pytest.approx(_prefill_s(100))
+    replica.step()
+    replica.add_request(1)
+    t = replica.now
+    replica.step()
+    assert replica.running.num_computed.tolist() == [101, 300]  # request 0 did not decode
+    assert replica.now - t == pytest.approx(_prefill_s(300))
+    t = replica.now
+    replica.step()
+    assert replica.running.num_computed.tolist() == [102, 301]
+    assert replica.now - t == pytest.approx(_decode_s([102, 301]))
+
+
+def test_prefill_first_batches_waiting_prompts_up_to_the_budget() -> None:
+    # Three 300-token prompts with a 700-token budget: the first step takes two whole prompts,
+    # the third (it would need 300 more) runs in the next step, before anyone decodes.
+    replica = _with_all_queued(
+        _replica([300, 300, 300], [3, 3, 3], budget=700, scheduler="prefill_first")
+    )
+    replica.step()
+    assert replica.running.num_computed.tolist() == [300, 300]
+    first = replica.now
+    replica.step()
+    assert replica.running.num_computed.tolist() == [300, 300, 300]
+    firsts = replica.records.first_token_s
+    assert firsts.tolist() == [first, first, replica.now]
+    _run_to_end(replica)
+    assert (replica.records.status == int(RequestStatus.COMPLETED)).all()

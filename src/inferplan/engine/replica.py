@@ -17,6 +17,12 @@ A step follows vLLM v1's ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.
 ``--scheduler static`` admits a new batch only when the running set is empty and reserves each
 request's whole prompt + output, so nothing is preempted: request-level batching.
 
+``--scheduler prefill-first`` is vLLM V0's default scheduler without chunked prefill (the
+engine the vLLM 0.6.0 measurements ran; SGLang's default also runs prefill batches instead of
+decode ones): whenever the queue head's whole prompt fits the token budget, ``max_num_seqs`` and
+the pool, a step runs only new prompts (as many as fit, in order) and every running request
+waits; otherwise every running request decodes.
+
 ``--engine trtllm`` emulates TensorRT-LLM's defaults (``capacityScheduler.cpp``,
 ``microBatchScheduler.cpp``): GUARANTEED_NO_EVICT admits a request in arrival order only if its
 whole prompt + output fits beside what every running request still needs to finish (so it never
@@ -56,7 +62,7 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int
     preemption_mode: str = "recompute"  # or "swap"
-    scheduler: str = "continuous"  # or "static", or "trtllm"
+    scheduler: str = "continuous"  # or "static", "trtllm", "prefill_first"
     kv_block_bytes: float = 0.0  # one block, every layer, per device (for swap traffic)
     host_link_bytes_s: float = 64e9
 
@@ -131,11 +137,24 @@ class Replica(DecodeStretches):
         """Schedule and run one engine step; advance ``now`` by its time."""
         if self._decode_and_admit_step():
             return
-        plan = self._schedule_running()
-        if not plan.preempted:
-            plan = self._schedule_waiting(plan)
+        plan = self._prefill_only() if self.cfg.scheduler == "prefill_first" else None
+        if plan is None:
+            plan = self._schedule_running()
+            if not plan.preempted:
+                plan = self._schedule_waiting(plan)
         self._run(plan)
         self._decoding = None
+
+    def _prefill_only(self) -> _Plan | None:
+        """A step of whole new prompts while running requests wait (prefill-first), or None
+        when the queue head cannot be admitted now."""
+        if self.swapped:
+            return None
+        sched = [0] * len(self.running)
+        self._admit_waiting(self.cfg.max_num_batched_tokens, sched)
+        if not any(sched):
+            return None
+        return _Plan(np.array(sched, dtype=np.int64))
 
     def _decode_and_admit_step(self) -> bool:
         """The common step in vector form: every running row decodes one token (the budget and
@@ -325,7 +344,7 @@ class Replica(DecodeStretches):
         """The waiting pass over the queue: admit its head while the budget lasts,
         ``max_num_seqs`` allows and the first chunk's blocks fit; append each chunk to ``sched``."""
         cfg, run = self.cfg, self.running
-        whole_prompts = cfg.scheduler == "trtllm"
+        whole_prompts = cfg.scheduler in ("trtllm", "prefill_first")
         while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
             rid, tokens = self.waiting.peek()
             if whole_prompts and tokens > budget:
@@ -349,7 +368,7 @@ class Replica(DecodeStretches):
         """Blocks admission needs: the first chunk's (vLLM), or the whole request's prompt +
         output on top of what the running requests still need to finish (static batching, and
         TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy, which therefore never preempts)."""
-        if self.cfg.scheduler != "continuous":
+        if self.cfg.scheduler in ("static", "trtllm"):
             total = int(self.prompt_tokens[rid] + self.target_tokens[rid])
             run = self.running
             ends = self.prompt_tokens[run.ids] + run.target

@@ -16,7 +16,7 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
-SCHEDULERS = ("continuous", "static")
+SCHEDULERS = ("continuous", "static", "prefill-first")
 ENGINE_SCHEDULERS = {"vllm": "continuous", "trtllm": "trtllm"}  # SGLang's is not emulated yet
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -49,6 +49,12 @@ class ServingOptions:
             )
 
 
+def _replica_scheduler(options: ServingOptions) -> str:
+    if options.scheduler == "continuous":
+        return ENGINE_SCHEDULERS[options.engine]
+    return options.scheduler.replace("-", "_")
+
+
 def simulate(
     plan: MemoryPlan,
     model: StepTimeModel,
@@ -66,9 +72,7 @@ def simulate(
         block_size=cfg.block_size,
         num_blocks=plan.num_blocks,
         preemption_mode=options.preemption_mode,
-        scheduler=(
-            ENGINE_SCHEDULERS[options.engine] if options.scheduler == "continuous" else "static"
-        ),
+        scheduler=_replica_scheduler(options),
         kv_block_bytes=block_bytes,
         host_link_bytes_s=host_link,
     )

@@ -81,6 +81,13 @@ class Simulation:
             )
         if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
             raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
+        budget = cfg.scheduler.max_num_batched_tokens
+        if cfg.scheduler.scheduler == "prefill_first" and budget < cfg.max_model_len:
+            raise InferplanError(
+                f"--max-num-batched-tokens {budget} is below --max-model-len "
+                f"{cfg.max_model_len}: without chunked prefill (prefill-first, as vLLM V0 "
+                "requires) a preempted request's prompt must fit one step"
+            )
         self.workload, self.cfg = workload, cfg
         self.records = _records_for(workload)
         self.itl = ItlHistogram()
@@ -137,10 +144,11 @@ class Simulation:
         prompt = int(self.workload.input_tokens[rid])
         total = prompt + int(self.workload.output_tokens[rid])
         scheduler = self.cfg.scheduler
-        # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context) is
-        # refused, as the engine refuses one longer than its max_num_tokens.
+        # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context, a
+        # prefill-first scheduler) is refused, as the engine refuses one over its token budget.
         unschedulable = (
-            scheduler.scheduler == "trtllm" and prompt > scheduler.max_num_batched_tokens
+            scheduler.scheduler in ("trtllm", "prefill_first")
+            and prompt > scheduler.max_num_batched_tokens
         )
         if total > self.cfg.max_model_len or unschedulable:
             rec.status[rid] = int(RequestStatus.REJECTED)

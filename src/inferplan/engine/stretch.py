@@ -75,17 +75,24 @@ class DecodeStretches:
             return False
         if not len(self.waiting) or n >= cfg.max_num_seqs or cfg.scheduler == "static":
             return True
+        rid, tokens = self.waiting.peek()
+        if cfg.scheduler == "prefill_first":
+            # The next step is the head's prefill alone if it fits now (the whole budget, the
+            # free pool); the pool only shrinks while decoding, so otherwise it stays out.
+            return (
+                tokens > cfg.max_num_batched_tokens
+                or self._admission_blocks(rid, tokens, tokens) > self.free_blocks
+            )
+        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
         leftover = cfg.max_num_batched_tokens - n
         if leftover <= 0:
             return True
-        rid, tokens = self.waiting.peek()
         if cfg.scheduler == "trtllm":
             # Whole prompts only; and the free blocks beyond the running requests' reservations
             # do not change while they decode, so a head that does not fit stays out.
             return tokens > leftover or self._admission_blocks(rid, tokens, tokens) > (
                 self.free_blocks
             )
-        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
         return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
             self.free_blocks - crossing
         )
