@@ -248,7 +248,16 @@ def validate(cases: tuple[str, ...], json_out: bool) -> None:
 def calibrate(
     deployment: DeploymentFlags, results: tuple[str, ...], output: str, json_out: bool
 ) -> None:
-    """Fit the efficiency constants to `vllm bench serve --save-result` files of this deployment."""
+    """Fit the efficiency constants to this deployment's benchmarks.
+
+    Each RESULT is a `vllm bench serve --save-result` JSON file, or a CSV table (a path ending
+    in .csv) with one row per load level. The CSV's header names request_rate (req/s or inf),
+    input_len and output_len (tokens per request), num_prompts, optionally max_concurrency and
+    burstiness, and at least one of the measurements mean_ttft_ms, mean_tpot_ms and
+    output_throughput (tok/s); an empty cell means not measured. Both kinds can be mixed. Each run
+    is re-simulated with its own settings; the table shows the error per run (file, or
+    file:line for a CSV row) and metric before and after the fit. See docs/validation.md.
+    """
     plan = deployment.plan()
     target = Deployment(
         deployment.model,

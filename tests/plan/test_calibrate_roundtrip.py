@@ -1,11 +1,14 @@
 """Calibration round trip: runs simulated with known constants, written as `vllm bench serve`
-results, calibrated from the bundled constants, give those constants back."""
+results or as rows of a load-test CSV, calibrated from the bundled constants, give those
+constants back."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,15 +25,26 @@ TRUTH = {"gemm_compute": 0.6, "memory_bandwidth": 0.7, "step_overhead_s": 0.0015
 # (prompts, input, output, max concurrency): single-stream decode, a decode-heavy batch and a
 # prefill-heavy batch, each all sent at once.
 RUNS = ((30, 256, 64, 1), (200, 256, 64, None), (100, 2048, 8, None))
+CSV_COLUMNS = (
+    "request_rate",
+    "input_len",
+    "output_len",
+    "num_prompts",
+    "max_concurrency",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "output_throughput",
+)
 
 
-def _write_results(tmp_path: Path) -> list[str]:
+def _simulated_summaries() -> list[dict[str, Any]]:
+    """Each of ``RUNS`` simulated with the ``TRUTH`` constants, as vllm bench's result keys."""
     plan = build_memory_plan(
         "Llama-3.1-8B", "h100", 1, 1, False, None, "auto", 4096, 0.9, None, None, None
     )
     model = build_step_model(plan, efficiency=replace(bundled_efficiency("hopper"), **TRUTH))
-    paths = []
-    for i, (prompts, input_len, output_len, concurrency) in enumerate(RUNS):
+    summaries = []
+    for prompts, input_len, output_len, concurrency in RUNS:
         workload = build_workload(
             "random",
             num_prompts=prompts,
@@ -43,10 +57,33 @@ def _write_results(tmp_path: Path) -> list[str]:
         summary.update(
             request_rate="inf", burstiness=1.0, max_concurrency=concurrency, num_prompts=prompts
         )
+        summaries.append(summary)
+    return summaries
+
+
+def _write_results(tmp_path: Path) -> list[str]:
+    """One vllm bench JSON result file per run."""
+    paths = []
+    for i, summary in enumerate(_simulated_summaries()):
         path = tmp_path / f"run{i}.json"
         path.write_text(json.dumps(summary))
         paths.append(str(path))
     return paths
+
+
+def _write_csv(tmp_path: Path) -> list[str]:
+    """All runs as rows of one load-test table, with the same numbers as the JSON files."""
+    lines = [",".join(CSV_COLUMNS)]
+    for (_, input_len, output_len, _), summary in zip(RUNS, _simulated_summaries(), strict=True):
+        summary.update(input_len=input_len, output_len=output_len)
+        lines.append(",".join(_csv_cell(summary[column]) for column in CSV_COLUMNS))
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return [str(path)]
+
+
+def _csv_cell(value: object) -> str:
+    return "" if value is None else str(value)  # str(float) is exact: it round-trips
 
 
 def _calibrate_argv(output: Path, paths: list[str]) -> list[str]:
@@ -65,15 +102,17 @@ def _calibrate_argv(output: Path, paths: list[str]) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("write", [_write_results, _write_csv], ids=["json", "csv"])
 def test_calibration_recovers_the_constants(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    write: Callable[[Path], list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    paths = _write_results(tmp_path)
+    paths = write(tmp_path)
     output = tmp_path / "calibration.yaml"
     argv = _calibrate_argv(output, paths)
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert all(abs(row["error_after"]) < 0.02 for row in report["rows"])
+    assert len({row["file"] for row in report["rows"]}) == len(RUNS)  # a CSV row is file:line
     fitted = yaml.safe_load(output.read_text())["efficiency"]
     for name, value in TRUTH.items():
         assert fitted[name] == pytest.approx(value, rel=0.05), name

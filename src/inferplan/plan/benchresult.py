@@ -1,18 +1,23 @@
-"""A user's own measurements: ``vllm bench serve --save-result`` files as validation runs.
+"""A user's own measurements as validation runs: vllm bench JSON files and CSV tables.
 
-A result file records the run's settings (``num_prompts``, ``request_rate``, ``burstiness``,
+A RESULT path ending in ``.csv`` (any case) is a table of load levels, one run per row
+(``benchcsv.py``); any other path is a ``vllm bench serve --save-result`` JSON file, one run.
+Both become ``BenchRecord``s and from there take one path: each is re-simulated with its own
+settings and compared on each of its measurements.
+
+A JSON result records the run's settings (``num_prompts``, ``request_rate``, ``burstiness``,
 ``max_concurrency``) and totals (``completed``, ``total_input_tokens``, ``total_output_tokens``)
 but not each request's lengths, so the run is re-simulated with every request at the mean
 input and output length (exact for ``--dataset-name random`` with ``--random-range-ratio 0``,
 vLLM's default). The measurements taken from it are ``output_throughput``, ``mean_ttft_ms`` and
-``mean_tpot_ms``, each when present and positive.
+``mean_tpot_ms``, each when present and positive (vllm bench writes 0 for what it did not
+measure).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,25 +25,11 @@ from typing import Any
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.plan.benchcsv import read_bench_csv
+from inferplan.plan.benchrecord import MEASUREMENTS, BenchRecord, BenchSettings, read_result_text
 from inferplan.plan.validation import Deployment, Run
 from inferplan.workload import synthetic
 from inferplan.workload.request import Workload
-
-MEASUREMENTS = {
-    "output_throughput": ("output_throughput_tok_s", 1.0),
-    "mean_ttft_ms": ("ttft_mean_s", 1e-3),
-    "mean_tpot_ms": ("tpot_mean_s", 1e-3),
-}
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    num_requests: int
-    input_tokens: int
-    output_tokens: int
-    request_rate: float
-    burstiness: float
-    max_concurrency: int | None
 
 
 def _number(data: dict[str, Any], key: str, path: Path) -> float:
@@ -48,12 +39,10 @@ def _number(data: dict[str, Any], key: str, path: Path) -> float:
     return float(value)
 
 
-def read_bench_result(path: Path) -> tuple[BenchSettings, dict[str, float]]:
+def read_bench_result(path: Path) -> BenchRecord:
     """Settings and measurements of one result file; errors name the file and the key."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InferplanError(f"{path}: no such result file") from None
+        data = json.loads(read_result_text(path))
     except json.JSONDecodeError as err:
         raise InferplanError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
     if not isinstance(data, dict):
@@ -80,7 +69,14 @@ def read_bench_result(path: Path) -> tuple[BenchSettings, dict[str, float]]:
             measured[metric] = _number(data, key, path) * scale
     if not measured:
         raise InferplanError(f"{path}: none of {', '.join(MEASUREMENTS)} is present")
-    return settings, measured
+    return BenchRecord(str(path), settings, measured)
+
+
+def read_bench_records(path: Path) -> list[BenchRecord]:
+    """The runs in one RESULT path: every row of a ``.csv`` table, or the one JSON result."""
+    if path.suffix.lower() == ".csv":
+        return read_bench_csv(path)
+    return [read_bench_result(path)]
 
 
 def bench_workload(settings: BenchSettings, seed: int = 0) -> Workload:
@@ -96,9 +92,9 @@ def bench_workload(settings: BenchSettings, seed: int = 0) -> Workload:
     )
 
 
-def bench_runs(path: Path, deployment: Deployment) -> list[Run]:
-    """One validation run per measurement in the file."""
-    settings, measured = read_bench_result(path)
+def record_runs(record: BenchRecord, deployment: Deployment) -> list[Run]:
+    """One validation run per measurement of the record, all on the record's workload."""
+    settings = record.settings
     assumptions = (
         f"every request at the mean lengths ({settings.input_tokens} in, "
         f"{settings.output_tokens} out)",
@@ -106,7 +102,7 @@ def bench_runs(path: Path, deployment: Deployment) -> list[Run]:
     workload = partial(bench_workload, settings)
     return [
         Run(
-            str(path),
+            record.run_id,
             metric,
             metric,
             value,
@@ -115,5 +111,10 @@ def bench_runs(path: Path, deployment: Deployment) -> list[Run]:
             assumptions,
             settings.max_concurrency,
         )
-        for metric, value in measured.items()
+        for metric, value in record.measured.items()
     ]
+
+
+def bench_runs(path: Path, deployment: Deployment) -> list[Run]:
+    """One validation run per measurement in the file (per row and measurement for a CSV)."""
+    return [run for record in read_bench_records(path) for run in record_runs(record, deployment)]

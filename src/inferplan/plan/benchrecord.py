@@ -1,0 +1,57 @@
+"""One load level of a user's own benchmark: how it was run and what it measured.
+
+Both readers produce these records, ``benchresult.py`` from a ``vllm bench serve
+--save-result`` JSON file and ``benchcsv.py`` from one row of a CSV table, so everything after
+parsing (the re-simulated workload, the validation runs) is one code path. The measurement names
+are vllm bench's own keys, which are also the CSV's column names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferplan.errors import InferplanError
+
+# vllm bench's key -> (inferplan's metric, factor to its unit).
+MEASUREMENTS = {
+    "output_throughput": ("output_throughput_tok_s", 1.0),
+    "mean_ttft_ms": ("ttft_mean_s", 1e-3),
+    "mean_tpot_ms": ("tpot_mean_s", 1e-3),
+}
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    num_requests: int
+    input_tokens: int
+    output_tokens: int
+    request_rate: float
+    burstiness: float
+    max_concurrency: int | None
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One benchmark run: ``run_id`` says where it came from (``file`` or ``file:line``)."""
+
+    run_id: str
+    settings: BenchSettings
+    measured: dict[str, float]  # inferplan metric -> value in its unit
+
+
+def read_result_text(path: Path) -> str:
+    """The text of a result file; a missing or unreadable file is one line naming it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InferplanError(f"{path}: no such result file") from None
+    except IsADirectoryError:
+        raise InferplanError(f"{path}: is a folder, not a result file") from None
+    except OSError as err:
+        raise InferplanError(f"{path}: cannot read the result file ({err.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")  # a spreadsheet's CSV export may start with a BOM
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise InferplanError(f"{path}:{line}: not UTF-8 text") from None
