@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import math
+import re
+from importlib import resources
 
 import numpy as np
 import pytest
 
 from inferplan.cli import main
 from inferplan.errors import InferplanError
+from inferplan.perf.efficiency import bundled_efficiency
 from inferplan.plan.validation import (
+    _capped_lognormal_mean,
+    _uncapped_lognormal_mean,
     bundled_cases,
+    deployment_efficiency,
+    engine_cpu_costs,
     fixed_workload,
     runs_for,
     sharegpt_like,
     trtllm_bench_limits,
     validate,
 )
+from inferplan.workload.synthetic import lognormal_lengths
 
 
 def test_trtllm_bench_heuristic_reproduces_its_worked_example() -> None:
@@ -69,3 +77,41 @@ def test_cli_validate_rejects_an_unknown_case(capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --case: unknown case 'nope'")
     assert "\n" not in err
+
+
+def test_capped_lognormal_mean_is_solved_exactly() -> None:
+    # MLPerf's OpenOrca outputs: capped at 1,024 with a mean of 290 after the cap.
+    mean = _uncapped_lognormal_mean(290.0, 1.0, 1024)
+    assert mean > 290.0
+    assert _capped_lognormal_mean(mean, 1.0, 1024) == pytest.approx(290.0, rel=1e-9)
+    # No cap in reach: the capped mean is the mean.
+    assert _capped_lognormal_mean(100.0, 0.5, 1e9) == pytest.approx(100.0, rel=1e-9)
+    drawn = lognormal_lengths(200_000, mean, 1.0, 1024, np.random.default_rng(1))
+    assert drawn.mean() == pytest.approx(290.0, rel=0.01)
+
+
+def test_vllm060_runs_use_v0_scheduling_and_its_cpu_costs() -> None:
+    case = next(c for c in bundled_cases() if c["id"].startswith("vllm060-"))
+    base = bundled_efficiency("hopper")
+    costs = engine_cpu_costs()["vllm-0.6.0"]
+    for run in runs_for(case):
+        assert run.deployment.scheduler == "prefill-first"
+        eff = deployment_efficiency(run.deployment, base)
+        assert eff.step_overhead_s == costs["step_overhead_s"]
+        assert eff.per_seq_overhead_s == costs["per_seq_overhead_s"]
+        assert eff.gemm_compute == base.gemm_compute  # only the CPU costs change
+    trtllm = next(c for c in bundled_cases() if c["id"].startswith("trtllm-"))
+    assert deployment_efficiency(runs_for(trtllm)[0].deployment, base) == base
+
+
+def test_the_fitted_file_residuals_are_what_validation_gives_now() -> None:
+    """The Hopper file's residual comments (written by scripts/fit_efficiency.py) reproduce:
+    the constants committed are the ones that gave them."""
+    text = (
+        resources.files("inferplan.perf").joinpath("data/efficiency/hopper.yaml").read_text()
+    )
+    written = dict(re.findall(r"^#   (.+?): [+-][\d.]+% -> ([+-][\d.]+%)$", text, re.MULTILINE))
+    results = validate(["trtllm-llama31-8b-h100-fp8", "trtllm-llama33-70b-h100-tp2-fp8"])
+    assert len(written) == len(results) == 11
+    for r in results:
+        assert written[f"{r.run.case_id} | {r.run.label} | {r.run.metric}"] == f"{r.error:+.1%}"
