@@ -3,15 +3,34 @@
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 RUN := $(UV) run --frozen
+# The profiler's PyTorch (CPU build), installed by `make torch-cpu` outside the lock.
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_WHEELS ?=
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup torch-cpu demo test lint typecheck unit bench clean
 
 .tools/bin/uv:
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet "uv>=0.5,<1"
 
+# --inexact: keep what the lock does not list (torch from `make torch-cpu`); the locked
+# packages are still installed at their locked versions.
 setup: $(UV)
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --inexact --quiet
+
+# CPU PyTorch into .venv so that the profiler's tests run (they are skipped without it). With
+# TORCH_WHEELS=DIR the torch wheel comes from DIR, no download (its small pure-Python
+# dependencies still come from the package index or uv's cache); otherwise from PyTorch's CPU
+# index. Never through the lock: PyPI's torch is the multi-GB CUDA build.
+torch-cpu: setup
+ifneq ($(TORCH_WHEELS),)
+	$(UV) pip install --quiet --python .venv/bin/python --find-links $(TORCH_WHEELS) \
+		"torch==$(TORCH_VERSION)+cpu"
+else
+	$(UV) pip install --quiet --python .venv/bin/python --index-url $(TORCH_CPU_INDEX) \
+		"torch==$(TORCH_VERSION)"
+endif
 
 demo: setup
 	$(RUN) python -m inferplan.demo

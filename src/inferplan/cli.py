@@ -33,8 +33,6 @@ from inferplan.memory.advice import does_not_fit_message
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import efficiency_for
-from inferplan.perf.factory import build_step_model
-from inferplan.perf.moe import Routing
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.plan.benchresult import bench_runs
 from inferplan.plan.calibration import (
@@ -45,9 +43,11 @@ from inferplan.plan.calibration import (
 )
 from inferplan.plan.validation import Deployment, Result, predict
 from inferplan.plan.validation import validate as run_validation
+from inferplan.profile import DEVICES, profile_to_csv
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.console import console
 from inferplan.report.memory import memory_json, memory_tables
+from inferplan.report.profile import profile_json, profile_tables
 from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
@@ -126,12 +126,7 @@ def roofline(
 ) -> None:
     """Step-time model: prefill and decode speed, and which bound dominates."""
     plan = deployment.plan()
-    step_model = build_step_model(
-        plan,
-        efficiency=deployment.efficiency(),
-        routing=Routing(moe_skew),
-        cuda_graphs=not no_cuda_graphs,
-    )
+    step_model = deployment.step_model(plan, moe_skew=moe_skew, cuda_graphs=not no_cuda_graphs)
     contexts = int_list("--context-len", context_len)
     result = {
         "model": plan.spec.name,
@@ -204,9 +199,7 @@ def simulate(
         exact=exact,
         engine=deployment.engine,
     )
-    step_model = build_step_model(
-        plan, efficiency=deployment.efficiency(), routing=Routing(moe_skew)
-    )
+    step_model = deployment.step_model(plan, moe_skew=moe_skew)
     percentiles = float_list("--metric-percentiles", metric_percentiles)
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         result = run_simulation(plan, step_model, requests, options, advance)
@@ -258,6 +251,7 @@ def calibrate(
     is re-simulated with its own settings; the table shows the error per run (file, or
     file:line for a CSV row) and metric before and after the fit. See docs/validation.md.
     """
+    _refuse_operator_table(deployment, "calibrate fits the roofline's constants")
     plan = deployment.plan()
     target = Deployment(
         deployment.model,
@@ -295,6 +289,41 @@ def calibrate(
         f"inferplan calibrate for {plan.spec.name} on {plan.gpu.key} from {', '.join(results)}"
     ]
     Path(output).write_text(calibration_yaml(fitted, header))
+
+
+@app.command()
+@deployment_options
+@click.option("--gpu-name", required=True, help="Name recorded for the hardware profiled")
+@click.option("--output", "-o", default="profile.csv", show_default=True, help="CSV to write")
+@click.option(
+    "--device",
+    type=click.Choice(DEVICES),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA when torch sees it, else the CPU (tiny shapes, not for planning)",
+)
+@click.option("--tiny", is_flag=True, help="Capped shapes and a few grid points (always on CPU)")
+@json_option
+def profile(
+    deployment: DeploymentFlags,
+    gpu_name: str,
+    output: str,
+    device: str,
+    tiny: bool,
+    json_out: bool,
+) -> None:
+    """Time one layer's operators with PyTorch into the CSV that --operator-table reads."""
+    _refuse_operator_table(deployment, "profile writes a table (-o)")
+    if not gpu_name.strip() or "\n" in gpu_name:
+        raise InferplanError("--gpu-name: expected a one-line name, e.g. H100-SXM-lab3")
+    plan = deployment.plan()
+    result = profile_to_csv(plan, Path(output), gpu_name=gpu_name, device=device, tiny=tiny)
+    _show(profile_json(result, output), json_out, profile_tables)
+
+
+def _refuse_operator_table(deployment: DeploymentFlags, why: str) -> None:
+    if deployment.operator_table:
+        raise InferplanError(f"--operator-table: not used here; {why}")
 
 
 @app.command()

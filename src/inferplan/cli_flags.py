@@ -18,6 +18,9 @@ import click
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.efficiency import Efficiency, load_efficiency_file
+from inferplan.perf.factory import build_step_model
+from inferplan.perf.moe import Routing
+from inferplan.perf.protocol import StepTimeModel
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import ENGINES, engine_defaults
 from inferplan.specs.hardware import load_gpu
@@ -80,10 +83,23 @@ class DeploymentFlags:
     block_size: int | None
     engine: str
     calibration: str | None
+    operator_table: str | None
 
     def efficiency(self) -> Efficiency | None:
         """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
         return load_efficiency_file(Path(self.calibration)) if self.calibration else None
+
+    def step_model(
+        self, plan: MemoryPlan, *, moe_skew: float = 0.0, cuda_graphs: bool = True
+    ) -> StepTimeModel:
+        """The roofline with ``--calibration``'s constants, backed by ``--operator-table``."""
+        return build_step_model(
+            plan,
+            efficiency=self.efficiency(),
+            routing=Routing(moe_skew),
+            cuda_graphs=cuda_graphs,
+            table_path=Path(self.operator_table) if self.operator_table else None,
+        )
 
     def plan(self) -> MemoryPlan:
         return build_memory_plan(
@@ -205,6 +221,12 @@ deployment_options = _grouped(
             "--calibration",
             default=None,
             help="YAML of efficiency constants (the GPU family's bundled ones by default)",
+        ),
+        click.option(
+            "--operator-table",
+            default=None,
+            metavar="FILE",
+            help="Measured operator times (`inferplan profile` CSV); the roofline fills gaps",
         ),
     ],
     DeploymentFlags,

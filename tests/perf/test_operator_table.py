@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from inferplan.errors import InferplanError
-from inferplan.perf.roofline import RooflineModel
+from inferplan.perf.comm import allreduce_s
+from inferplan.perf.roofline import ACT_BYTES, RooflineModel
 from inferplan.perf.table import OperatorTable, TableModel, load_operator_table
 from inferplan.specs.model import ModelSpec
 from perf.perf_helpers import assert_line_matches, decode, roofline
@@ -178,3 +179,61 @@ def test_malformed_profiles_name_the_file_and_line(
 def test_a_missing_profile_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InferplanError, match="cannot read"):
         load_operator_table(tmp_path / "absent.csv")
+
+
+# ---- comments and the measured all-reduce -----------------------------------------------------
+
+
+def test_comment_lines_are_skipped_and_errors_keep_file_line_numbers(tmp_path: Path) -> None:
+    text = "# inferplan profile: provenance\n# note: x\n" + HEADER + "mlp,1,0,1e-4\n# mid\n"
+    assert load_operator_table(write(tmp_path, text)).time("mlp", 1) == pytest.approx(1e-4)
+    bad = write(tmp_path, text + "mlp,2,0,slow\n", "bad.csv")
+    with pytest.raises(InferplanError, match=r"bad\.csv:6: "):
+        load_operator_table(bad)
+    only_comments = write(tmp_path, "# nothing\noperator,tokens\n", "cols.csv")
+    with pytest.raises(InferplanError, match=r"cols\.csv:2: missing column"):
+        load_operator_table(only_comments)
+
+
+ALLREDUCE_CSV = HEADER + "allreduce,1,0,1e-5\nallreduce,1024,0,3e-5\n"
+MEASURED_AT_1024 = 3e-5
+
+
+def modelled_allreduce_s(model: RooflineModel, tokens: int) -> float:
+    message = tokens * model.spec.hidden_size * ACT_BYTES
+    return allreduce_s(message, model.par.tp, model.gpu, model.eff)
+
+
+@pytest.mark.parametrize("name", ["Llama-3.1-70B", "Qwen3-30B-A3B"])
+def test_a_measured_allreduce_replaces_the_modelled_one(tmp_path: Path, name: str) -> None:
+    """Both all-reduces of each layer (after attention, after the dense or TP-sharded FFN) take
+    the measured time; kernels and overheads stay as they were."""
+    base = roofline(name, "h100", tp=4)
+    model = TableModel(base, load_operator_table(write(tmp_path, ALLREDUCE_CSV)))
+    batch = decode(1024, 1000)
+    step, reference = model.step_time(batch), base.step_time(batch)
+    layers = base.spec.num_layers
+    assert reference.by_bound_s["communication"] == pytest.approx(
+        2 * layers * modelled_allreduce_s(base, 1024)
+    )
+    assert step.by_bound_s["communication"] == pytest.approx(2 * layers * MEASURED_AT_1024)
+    for bound in ("compute", "memory", "overhead"):
+        assert step.by_bound_s[bound] == reference.by_bound_s[bound]
+    assert step.total_s == pytest.approx(sum(step.by_bound_s.values()))
+
+
+def test_expert_parallel_all_to_all_stays_modelled(tmp_path: Path) -> None:
+    """With EP a MoE layer all-to-alls instead of its FFN all-reduce: only the attention
+    all-reduce is replaced."""
+    base = roofline("Qwen3-30B-A3B", "h100", tp=4, ep=True)
+    model = TableModel(base, load_operator_table(write(tmp_path, ALLREDUCE_CSV)))
+    step, reference = model.step_time(decode(1024, 1000)), base.step_time(decode(1024, 1000))
+    delta = MEASURED_AT_1024 - modelled_allreduce_s(base, 1024)
+    expected = reference.by_bound_s["communication"] + base.spec.num_layers * delta
+    assert step.by_bound_s["communication"] == pytest.approx(expected)
+
+
+def test_a_single_device_ignores_allreduce_rows(tmp_path: Path) -> None:
+    base = roofline("Llama-3.1-8B")
+    model = TableModel(base, load_operator_table(write(tmp_path, ALLREDUCE_CSV)))
+    assert model.step_time(decode(8, 1000)) == base.step_time(decode(8, 1000))

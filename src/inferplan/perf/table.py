@@ -5,14 +5,18 @@ layer's operator (``attn_proj``, ``mlp``, ``router``, ``shared_experts``, ``expe
 ``elementwise``, ``attn_prefill``, ``attn_decode``) or of one step's ``lm_head``, measured at a
 grid of shapes. ``attn_decode`` rows are keyed by batch size and per-sequence context,
 ``attn_prefill`` rows by chunk length and cached tokens before it; other operators by tokens
-(``context_tokens`` 0). Times between grid points are linearly interpolated, and beyond the grid
-linearly extrapolated from the last two points (never below zero). Operators the table lacks,
-communication and overheads come from the roofline model, so a partial profile still works.
+(``context_tokens`` 0). An optional ``allreduce`` operator is one tensor-parallel all-reduce of
+``num_tokens`` hidden-size activations; it replaces the roofline's TP all-reduces (EP all-to-all
+and pipeline sends stay modelled). Lines starting with ``#`` are comments (``inferplan profile``
+writes its provenance there). Times between grid points are linearly interpolated, and beyond the
+grid linearly extrapolated from the last two points (never below zero). Operators the table lacks,
+communication it lacks and overheads come from the roofline model, so a partial profile works.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +24,8 @@ import numpy as np
 
 from inferplan.errors import InferplanError
 from inferplan.perf.batch import StepBatch, StepTime
-from inferplan.perf.roofline import RooflineModel
+from inferplan.perf.comm import allreduce_s
+from inferplan.perf.roofline import ACT_BYTES, RooflineModel
 
 COLUMNS = ("operator", "num_tokens", "context_tokens", "time_s")
 LAYER_OPERATORS = (
@@ -34,6 +39,8 @@ LAYER_OPERATORS = (
     "attn_decode",
 )
 STEP_OPERATORS = ("lm_head",)
+COMM_OPERATORS = ("allreduce",)
+OPERATORS = LAYER_OPERATORS + STEP_OPERATORS + COMM_OPERATORS
 
 
 def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
@@ -69,6 +76,14 @@ class OperatorTable:
         return np.array(sorted(points), dtype=np.float64)
 
 
+def _data_lines(lines: Iterable[str], numbers: list[int]) -> Iterator[str]:
+    """The non-comment lines, appending each one's line number in the file to ``numbers``."""
+    for number, line in enumerate(lines, start=1):
+        if not line.lstrip().startswith("#"):
+            numbers.append(number)
+            yield line
+
+
 def load_operator_table(path: Path) -> OperatorTable:
     """Read and validate a profile CSV; errors name the file and line."""
     try:
@@ -76,18 +91,22 @@ def load_operator_table(path: Path) -> OperatorTable:
     except OSError:
         raise InferplanError(f"--operator-table: cannot read {path}") from None
     raw: dict[str, dict[int, dict[float, float]]] = {}
+    numbers: list[int] = []
     with handle:
-        reader = csv.DictReader(handle)
+        reader = csv.DictReader(_data_lines(handle, numbers))
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
+            header = numbers[0] if numbers else 1
             raise InferplanError(
-                f"{path}:1: missing column(s) {', '.join(missing)}; need {COLUMNS}"
+                f"{path}:{header}: missing column(s) {', '.join(missing)}; need {COLUMNS}"
             )
-        for line, row in enumerate(reader, start=2):
+        for row in reader:
+            line = numbers[-1]
             op = row["operator"]
-            if op not in LAYER_OPERATORS + STEP_OPERATORS:
-                valid = ", ".join(LAYER_OPERATORS + STEP_OPERATORS)
-                raise InferplanError(f"{path}:{line}: unknown operator {op!r}; valid: {valid}")
+            if op not in OPERATORS:
+                raise InferplanError(
+                    f"{path}:{line}: unknown operator {op!r}; valid: {', '.join(OPERATORS)}"
+                )
             try:
                 tokens, context = int(row["num_tokens"]), float(row["context_tokens"])
                 time_s = float(row["time_s"])
@@ -166,6 +185,24 @@ class TableModel:
             out["attn_prefill"] = per_chunk * chunks / m * attention_layers
         return out
 
+    def _allreduce_delta(self, batch: StepBatch) -> float:
+        """Measured minus modelled time of the step's TP all-reduces: one after attention and
+        one after each dense or tensor-sharded MoE FFN (an EP MoE layer all-to-alls instead)."""
+        roofline, par = self.roofline, self.roofline.par
+        if not self.table.has("allreduce") or par.tp == 1 or not batch.num_tokens:
+            return 0.0
+        m = roofline._microbatches(batch)
+        local = batch.num_tokens / m / par.attention_dp
+        count = sum(
+            g.count * (1 + (g.ffn.kind == "dense" or not par.enable_expert_parallel))
+            for g in roofline.groups
+        )
+        modelled = allreduce_s(
+            local * roofline.spec.hidden_size * ACT_BYTES, par.tp, roofline.gpu, roofline.eff
+        )
+        measured = self.table.time("allreduce", local)
+        return (measured - modelled) * count * roofline._pipeline_factor(batch)
+
     def step_time(self, batch: StepBatch) -> StepTime:
         base = self.roofline.step_time(batch)
         measured = self._measured(batch)
@@ -177,6 +214,7 @@ class TableModel:
         kernel = max(bounds["compute"] + bounds["memory"], 1e-30)
         for bound in ("compute", "memory"):
             bounds[bound] += delta * bounds[bound] / kernel
+        bounds["communication"] = max(0.0, bounds["communication"] + self._allreduce_delta(batch))
         return StepTime(sum(bounds.values()), bounds, by_op)
 
     def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
