@@ -237,3 +237,28 @@ def test_a_single_device_ignores_allreduce_rows(tmp_path: Path) -> None:
     base = roofline("Llama-3.1-8B")
     model = TableModel(base, load_operator_table(write(tmp_path, ALLREDUCE_CSV)))
     assert model.step_time(decode(8, 1000)) == base.step_time(decode(8, 1000))
+
+
+def test_data_parallel_attention_looks_up_each_rank_s_share(tmp_path: Path) -> None:
+    """With DP attention (EP over 4 ranks) a rank runs attention, projections, router and LM
+    head on a quarter of the batch and the routed experts on every rank's tokens: a profile at
+    those shapes must give the DP roofline's operator times back."""
+    split = roofline("Qwen3-30B-A3B", "h200", dp=4, ep=True)
+    rows = ["operator,num_tokens,context_tokens,time_s"]
+    for n in (64, 128):  # two grid points, so a lookup at the wrong shape is off the line
+        modelled = split.step_time(decode(n, 2000)).by_operator_s
+        for op in LAYER_OPS:
+            if op in modelled:
+                per_layer = modelled[op] / _layers_running(split.spec, op)
+                rows.append(f"{op},{n if op == 'experts' else n // 4},0,{per_layer!r}")
+        per_layer = modelled["attn_decode"] / split.spec.num_layers
+        rows.append(f"attn_decode,{n // 4},2000,{per_layer!r}")
+        rows.append(f"lm_head,{n // 4},0,{modelled['lm_head']!r}")
+    table = load_operator_table(write(tmp_path, "\n".join(rows) + "\n"))
+    batch = decode(96, 2000)
+    measured = TableModel(split, table).step_time(batch).by_operator_s
+    modelled = split.step_time(batch).by_operator_s
+    for op in ("attn_proj", "router", "experts", "elementwise", "lm_head"):
+        assert measured[op] == pytest.approx(modelled[op], rel=0.02), op
+    # Attention over the context is exact at the grid's context.
+    assert measured["attn_decode"] == pytest.approx(modelled["attn_decode"], rel=0.02)

@@ -107,9 +107,7 @@ def test_vllm060_runs_use_v0_scheduling_and_its_cpu_costs() -> None:
 def test_the_fitted_file_residuals_are_what_validation_gives_now() -> None:
     """The Hopper file's residual comments (written by scripts/fit_efficiency.py) reproduce:
     the constants committed are the ones that gave them."""
-    text = (
-        resources.files("inferplan.perf").joinpath("data/efficiency/hopper.yaml").read_text()
-    )
+    text = resources.files("inferplan.perf").joinpath("data/efficiency/hopper.yaml").read_text()
     written = dict(re.findall(r"^#   (.+?): [+-][\d.]+% -> ([+-][\d.]+%)$", text, re.MULTILINE))
     results = validate(["trtllm-llama31-8b-h100-fp8", "trtllm-llama33-70b-h100-tp2-fp8"])
     assert len(written) == len(results) == 11

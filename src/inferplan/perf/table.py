@@ -164,25 +164,28 @@ class TableModel:
         layer that runs the operator, every pipeline stage pass (as the roofline counts them)."""
         m = self.roofline._microbatches(batch)
         passes = self.roofline._pipeline_factor(batch)
+        # With DP attention each rank runs everything but the routed experts on its own share.
+        dpa = self.roofline.par.attention_dp
         out: dict[str, float] = {}
         tokens = batch.num_tokens / m
         for op in ("attn_proj", "mlp", "router", "shared_experts", "experts", "elementwise"):
             layers = self._layers_running(op)
+            shape = tokens if op == "experts" else tokens / dpa
             if self.table.has(op) and tokens and layers:
-                out[op] = self.table.time(op, tokens) * layers * passes
+                out[op] = self.table.time(op, shape) * layers * passes
         if self.table.has("lm_head") and batch.num_logit_tokens:
-            out["lm_head"] = self.table.time("lm_head", batch.num_logit_tokens / m) * m
+            out["lm_head"] = self.table.time("lm_head", batch.num_logit_tokens / m / dpa) * m
         attention_layers = self._layers_running("attn_decode") * passes
         if self.table.has("attn_decode") and batch.num_decode_seqs and attention_layers:
             per_seq = batch.decode_context_tokens / batch.num_decode_seqs
-            decode = self.table.time("attn_decode", batch.num_decode_seqs / m, per_seq)
+            decode = self.table.time("attn_decode", batch.num_decode_seqs / m / dpa, per_seq)
             out["attn_decode"] = decode * attention_layers
         if self.table.has("attn_prefill") and batch.num_prefill_seqs and attention_layers:
             chunks = batch.num_prefill_seqs
             per_chunk = self.table.time(
                 "attn_prefill", batch.prefill_tokens / chunks, batch.prefill_context_tokens / chunks
             )
-            out["attn_prefill"] = per_chunk * chunks / m * attention_layers
+            out["attn_prefill"] = per_chunk * chunks / m / dpa * attention_layers
         return out
 
     def _allreduce_delta(self, batch: StepBatch) -> float:
