@@ -13,8 +13,6 @@ from inferplan.cli import main
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import bundled_efficiency
 from inferplan.plan.validation import (
-    _capped_lognormal_mean,
-    _uncapped_lognormal_mean,
     bundled_cases,
     deployment_efficiency,
     engine_cpu_costs,
@@ -24,7 +22,11 @@ from inferplan.plan.validation import (
     trtllm_bench_limits,
     validate,
 )
-from inferplan.workload.synthetic import lognormal_lengths
+from inferplan.workload.synthetic import (
+    capped_lognormal_mean,
+    lognormal_lengths,
+    lognormal_mean_for_capped,
+)
 
 
 def test_trtllm_bench_heuristic_reproduces_its_worked_example() -> None:
@@ -81,13 +83,15 @@ def test_cli_validate_rejects_an_unknown_case(capsys: pytest.CaptureFixture[str]
 
 def test_capped_lognormal_mean_is_solved_exactly() -> None:
     # MLPerf's OpenOrca outputs: capped at 1,024 with a mean of 290 after the cap.
-    mean = _uncapped_lognormal_mean(290.0, 1.0, 1024)
+    mean = lognormal_mean_for_capped(290.0, 1.0, 1024)
     assert mean > 290.0
-    assert _capped_lognormal_mean(mean, 1.0, 1024) == pytest.approx(290.0, rel=1e-9)
+    assert capped_lognormal_mean(mean, 1.0, 1024) == pytest.approx(290.0, rel=1e-9)
     # No cap in reach: the capped mean is the mean.
-    assert _capped_lognormal_mean(100.0, 0.5, 1e9) == pytest.approx(100.0, rel=1e-9)
+    assert capped_lognormal_mean(100.0, 0.5, 1e9) == pytest.approx(100.0, rel=1e-9)
     drawn = lognormal_lengths(200_000, mean, 1.0, 1024, np.random.default_rng(1))
     assert drawn.mean() == pytest.approx(290.0, rel=0.01)
+    with pytest.raises(InferplanError, match=r"capped mean must lie in \[1, 1024\)"):
+        lognormal_mean_for_capped(1024.0, 1.0, 1024)
 
 
 def test_vllm060_runs_use_v0_scheduling_and_its_cpu_costs() -> None:

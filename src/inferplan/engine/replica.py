@@ -54,6 +54,9 @@ from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.protocol import StepTimeModel
 
+# Schedulers that run a prompt whole or not at all (no chunked prefill).
+WHOLE_PROMPT_SCHEDULERS = ("trtllm", "prefill_first")
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -344,7 +347,7 @@ class Replica(DecodeStretches):
         """The waiting pass over the queue: admit its head while the budget lasts,
         ``max_num_seqs`` allows and the first chunk's blocks fit; append each chunk to ``sched``."""
         cfg, run = self.cfg, self.running
-        whole_prompts = cfg.scheduler in ("trtllm", "prefill_first")
+        whole_prompts = cfg.scheduler in WHOLE_PROMPT_SCHEDULERS
         while len(self.waiting) and len(run) < cfg.max_num_seqs and budget > 0:
             rid, tokens = self.waiting.peek()
             if whole_prompts and tokens > budget:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
-from inferplan.engine.replica import Replica, SchedulerConfig
+from inferplan.engine.replica import WHOLE_PROMPT_SCHEDULERS, Replica, SchedulerConfig
 from inferplan.errors import InferplanError
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
@@ -147,7 +147,7 @@ class Simulation:
         # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context, a
         # prefill-first scheduler) is refused, as the engine refuses one over its token budget.
         unschedulable = (
-            scheduler.scheduler in ("trtllm", "prefill_first")
+            scheduler.scheduler in WHOLE_PROMPT_SCHEDULERS
             and prompt > scheduler.max_num_batched_tokens
         )
         if total > self.cfg.max_model_len or unschedulable:

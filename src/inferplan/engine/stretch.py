@@ -83,7 +83,6 @@ class DecodeStretches:
                 tokens > cfg.max_num_batched_tokens
                 or self._admission_blocks(rid, tokens, tokens) > self.free_blocks
             )
-        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
         leftover = cfg.max_num_batched_tokens - n
         if leftover <= 0:
             return True
@@ -93,6 +92,7 @@ class DecodeStretches:
             return tokens > leftover or self._admission_blocks(rid, tokens, tokens) > (
                 self.free_blocks
             )
+        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
         return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
             self.free_blocks - crossing
         )

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from importlib import resources
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -258,7 +257,7 @@ def _mlperf_runs(case: dict[str, Any]) -> list[Run]:
         memory,
         engine="trtllm",
     )
-    output_mean = _uncapped_lognormal_mean(290.0, 1.0, 1024)
+    output_mean = synthetic.lognormal_mean_for_capped(290.0, 1.0, 1024)
     assumptions = (
         "OpenOrca lengths: lognormal, sigma 1.0, input mean 200 (not published in the case), "
         f"outputs capped at 1,024 with a mean of 290 after the cap ({output_mean:.0f} before)",
@@ -304,31 +303,6 @@ def _mlperf_runs(case: dict[str, Any]) -> list[Run]:
                 )
             )
     return runs
-
-
-def _capped_lognormal_mean(mean: float, sigma: float, cap: float) -> float:
-    """E[min(X, cap)] for a lognormal X with mean ``mean`` and log-space spread ``sigma``."""
-    mu = math.log(mean) - sigma**2 / 2
-    normal = NormalDist()
-    z = (math.log(cap) - mu) / sigma
-    return mean * normal.cdf(z - sigma) + cap * (1 - normal.cdf(z))
-
-
-def _uncapped_lognormal_mean(capped_mean: float, sigma: float, cap: float) -> float:
-    """The lognormal mean whose lengths, capped at ``cap``, average ``capped_mean`` (bisection;
-    the capped mean grows with the mean)."""
-    low, high = capped_mean, capped_mean * 100
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (
-            (mid, high)
-            if _capped_lognormal_mean(mid, sigma, cap) < capped_mean
-            else (
-                low,
-                mid,
-            )
-        )
-    return (low + high) / 2
 
 
 def runs_for(case: dict[str, Any]) -> list[Run]:

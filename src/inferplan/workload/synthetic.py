@@ -150,6 +150,31 @@ def lognormal_lengths(
     return np.clip(lengths, 1, max_tokens).astype(np.int64)
 
 
+def capped_lognormal_mean(mean_tokens: float, sigma: float, max_tokens: float) -> float:
+    """E[min(X, max_tokens)] for a lognormal X with mean ``mean_tokens`` (before rounding)."""
+    mu, sigma = _log_params(mean_tokens, sigma)
+    if sigma == 0:
+        return min(mean_tokens, max_tokens)
+    z = (math.log(max_tokens) - mu) / sigma
+    normal = NormalDist()
+    return mean_tokens * normal.cdf(z - sigma) + max_tokens * (1 - normal.cdf(z))
+
+
+def lognormal_mean_for_capped(capped_mean: float, sigma: float, max_tokens: float) -> float:
+    """The lognormal mean whose lengths, capped at ``max_tokens``, average ``capped_mean``
+    (bisection: the capped mean grows with the mean)."""
+    if not 1 <= capped_mean < max_tokens:
+        raise InferplanError(f"a capped mean must lie in [1, {max_tokens}), not {capped_mean!r}")
+    low, high = capped_mean, capped_mean * 100
+    for _ in range(100):
+        mid = (low + high) / 2
+        if capped_lognormal_mean(mid, sigma, max_tokens) < capped_mean:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def _log_params(mean_tokens: float, sigma: float) -> tuple[float, float]:
     mean = _as_float(mean_tokens, "mean_tokens")
     spread = _as_float(sigma, "sigma")
