@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferplan.errors import InferplanError
+from inferplan.textfile import read_user_text
 
 # vllm bench's key -> (inferplan's metric, factor to its unit).
 MEASUREMENTS = {
@@ -42,16 +42,4 @@ class BenchRecord:
 
 def read_result_text(path: Path) -> str:
     """The text of a result file; a missing or unreadable file is one line naming it."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InferplanError(f"{path}: no such result file") from None
-    except IsADirectoryError:
-        raise InferplanError(f"{path}: is a folder, not a result file") from None
-    except OSError as err:
-        raise InferplanError(f"{path}: cannot read the result file ({err.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")  # a spreadsheet's CSV export may start with a BOM
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise InferplanError(f"{path}:{line}: not UTF-8 text") from None
+    return read_user_text(path, "result")

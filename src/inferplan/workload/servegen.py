@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.textfile import read_user_text
 from inferplan.workload.fields import shown_text
 from inferplan.workload.pmf import Pmf, compact_token_pmf, make_pmf
 from inferplan.workload.request import FloatArray, IntArray
@@ -63,7 +64,7 @@ def build_servegen_distribution(folder: str | Path) -> ServegenDistribution:
     clients = _client_files(folder)
     for trace_path, dataset_path in clients:
         starts_s, rates_req_s = _read_rate_rows(trace_path)
-        text = _read_text(dataset_path)
+        text = read_user_text(dataset_path, "ServeGen")
         windows = _parse_json(dataset_path, text)
         for key, weight in _window_weights(dataset_path, text, windows, starts_s, rates_req_s):
             total_requests += weight
@@ -107,18 +108,11 @@ def _client_files(folder: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InferplanError(f"{path}: cannot read ({err})") from None
-
-
 def _read_rate_rows(path: Path) -> tuple[FloatArray, FloatArray]:
     """(window start s, mean rate req/s) per row of a headerless ``chunk-<i>-trace.csv``."""
     starts_s: list[float] = []
     rates_req_s: list[float] = []
-    reader = csv.reader(_read_text(path).splitlines())
+    reader = csv.reader(read_user_text(path, "ServeGen").splitlines())
     for row in reader:
         if not row or not "".join(row).strip():
             continue
@@ -245,7 +239,7 @@ def write_servegen_json(distribution: ServegenDistribution, path: str | Path) ->
 def read_servegen_json(path: str | Path) -> ServegenDistribution:
     """Read a file written by ``write_servegen_json``."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_user_text(path, "ServeGen")
     document = _parse_json(path, text)
     pmfs: dict[str, Pmf] = {}
     for name in _FIELDS:

@@ -16,16 +16,15 @@ parse every row (``fields.py``) and build the columns. Modelling choices:
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.textfile import read_user_text
 from inferplan.workload import fields
 from inferplan.workload.request import Workload
 from inferplan.workload.trace_formats import (
@@ -59,24 +58,7 @@ def load_trace(path: str | Path, *, trace_format: str | None = None) -> Workload
 
 
 def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InferplanError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise InferplanError(f"{path}: is a folder, not a trace file") from None
-    except OSError as err:
-        raise InferplanError(f"{path}: cannot read the trace ({err.strerror})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error):
-            raise InferplanError(f"{path}: a damaged gzip file") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise fields.row_error(path, line, "not UTF-8 text; a trace is CSV or JSON lines") from None
+    return read_user_text(path, "trace", gunzip=True, hint="; a trace is CSV or JSON lines")
 
 
 def _sniff_kind(path: Path, text: str) -> TraceKind:
