@@ -233,3 +233,33 @@ def test_console_script_errors_without_traceback() -> None:
     )
     assert good.returncode == 0 and good.stderr == ""
     assert json.loads(good.stdout)["kv_bytes_per_token"] == 131_072
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--num-scheduler-steps", "10"], "with --scheduler prefill-first only"),
+        (["--scheduler", "prefill-first", "--num-scheduler-steps", "0"], "must be >= 1"),
+        (
+            ["--scheduler", "prefill-first", "--max-num-batched-tokens", "2048"],
+            "below --max-model-len 4096",
+        ),
+    ],
+)
+def test_prefill_first_flags_are_checked(
+    capsys: pytest.CaptureFixture[str], extra: list[str], expected: str
+) -> None:
+    base = ["--model", "Llama-3.1-8B", "--gpu", "h100", "--max-model-len", "4096"]
+    code, out, err = run(capsys, "simulate", *base, "--num-prompts", "5", *extra, "--json")
+    assert code == 2
+    assert expected in assert_one_line_error(err)
+    assert out == ""
+
+
+def test_simulate_with_vllm_v0_multi_step_scheduling(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--model", "Llama-3.1-8B", "--gpu", "h100", "--max-model-len", "4096"]
+    args += ["--scheduler", "prefill-first", "--num-scheduler-steps", "10"]
+    args += ["--num-prompts", "20", "--request-rate", "10", "--json"]
+    code, out, _ = run(capsys, "simulate", *args)
+    assert code == 0
+    assert json.loads(out)["completed"] == 20

@@ -156,6 +156,14 @@ def roofline(
     "(vLLM V0 without chunked prefill: new prompts run in steps of their own)",
 )
 @click.option(
+    "--num-scheduler-steps",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --scheduler prefill-first: decode steps per scheduling decision (vLLM V0 "
+    "multi-step; new prompts wait for the block's end)",
+)
+@click.option(
     "--preemption-mode", type=click.Choice(PREEMPTION_MODES), default="recompute", show_default=True
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
@@ -175,6 +183,7 @@ def simulate(
     workload: WorkloadFlags,
     max_concurrency: int | None,
     scheduler: str,
+    num_scheduler_steps: int,
     preemption_mode: str,
     scheduling_policy: str,
     router: str,
@@ -198,6 +207,7 @@ def simulate(
         max_concurrency=max_concurrency,
         exact=exact,
         engine=deployment.engine,
+        num_scheduler_steps=num_scheduler_steps,
     )
     step_model = deployment.step_model(plan, moe_skew=moe_skew)
     percentiles = float_list("--metric-percentiles", metric_percentiles)

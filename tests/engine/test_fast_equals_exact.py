@@ -59,6 +59,7 @@ class Case:
     scheduling_policy: str
     max_concurrency: int | None
     reject_some: bool
+    num_scheduler_steps: int = 1  # prefill-first multi-step blocks
 
 
 def _workload(case: Case) -> Workload:
@@ -98,6 +99,7 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
         scheduler=case.scheduler,
         kv_block_bytes=case.block_size * plan.kv_bytes_per_token,
         host_link_bytes_s=64e9,
+        num_scheduler_steps=case.num_scheduler_steps if case.scheduler == "prefill_first" else 1,
     )
     return SimulationConfig(
         sched,
@@ -186,6 +188,7 @@ def cases(draw: st.DrawFn, data_parallel_sizes: tuple[int, ...] = (1,)) -> Case:
         scheduling_policy=draw(st.sampled_from(["fcfs", "priority", "spf"])),
         max_concurrency=draw(st.sampled_from([None, None, 1, 4, 12])),
         reject_some=draw(st.booleans()),
+        num_scheduler_steps=draw(st.sampled_from([1, 3, 10])),
     )
 
 

@@ -51,6 +51,7 @@ def _config(
     scheduling_policy: str = "fcfs",
     max_concurrency: int | None = None,
     budget: int = 512,
+    num_scheduler_steps: int = 1,
 ) -> SimulationConfig:
     plan, _ = _plan_and_model()
     sched = SchedulerConfig(
@@ -61,6 +62,7 @@ def _config(
         preemption_mode=preemption_mode,
         scheduler=scheduler,
         kv_block_bytes=16 * plan.kv_bytes_per_token,
+        num_scheduler_steps=num_scheduler_steps,
     )
     return SimulationConfig(
         sched,
@@ -148,6 +150,12 @@ SCENARIOS = {
     "static": {"num_blocks": 400, "scheduler": "static"},
     "trtllm": {"num_blocks": 400, "scheduler": "trtllm"},
     "prefill-first": {"num_blocks": 120, "scheduler": "prefill_first", "budget": 1100},
+    "prefill-first-multi-step": {
+        "num_blocks": 120,
+        "scheduler": "prefill_first",
+        "budget": 1100,
+        "num_scheduler_steps": 10,
+    },
     "dp3-least-outstanding": {
         "num_blocks": 150,
         "data_parallel_size": 3,

@@ -66,6 +66,7 @@ def _replica(
     preemption_mode: str = "recompute",
     scheduler: str = "continuous",
     kv_block_bytes: float = 0.0,
+    num_scheduler_steps: int = 1,
 ) -> Replica:
     """A replica with requests ``0..n-1`` known to it (none queued yet: see ``add_request``)."""
     n = len(prompts)
@@ -82,6 +83,7 @@ def _replica(
         preemption_mode=preemption_mode,
         scheduler=scheduler,
         kv_block_bytes=kv_block_bytes,
+        num_scheduler_steps=num_scheduler_steps,
     )
     return Replica(
         0,
@@ -423,5 +425,25 @@ def test_prefill_first_batches_waiting_prompts_up_to_the_budget() -> None:
     assert replica.running.num_computed.tolist() == [300, 300, 300]
     firsts = replica.records.first_token_s
     assert firsts.tolist() == [first, first, replica.now]
+    _run_to_end(replica)
+    assert (replica.records.status == int(RequestStatus.COMPLETED)).all()
+
+
+def test_multi_step_admits_new_prompts_only_between_blocks() -> None:
+    # Prefill-first with 3 scheduler steps: request 0's prefill, then a block of 3 decodes.
+    # Request 1 arrives after the first decode of the block: the next two steps still decode
+    # request 0 alone, and its prefill runs at the block's end.
+    replica = _replica([100, 50], [10, 5], scheduler="prefill_first", num_scheduler_steps=3)
+    replica.add_request(0)
+    replica.step()  # prefill
+    replica.step()  # decode 1 of the block
+    replica.add_request(1)
+    for computed in (102, 103):  # decodes 2 and 3: the queue waits
+        replica.step()
+        assert replica.running.num_computed.tolist() == [computed]
+    t = replica.now
+    replica.step()
+    assert replica.running.num_computed.tolist() == [103, 50]
+    assert replica.now - t == pytest.approx(_prefill_s(50))
     _run_to_end(replica)
     assert (replica.records.status == int(RequestStatus.COMPLETED)).all()

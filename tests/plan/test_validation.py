@@ -108,12 +108,30 @@ def test_vllm060_runs_use_v0_scheduling_and_its_cpu_costs() -> None:
     assert deployment_efficiency(runs_for(trtllm)[0].deployment, base) == base
 
 
-def test_the_fitted_file_residuals_are_what_validation_gives_now() -> None:
-    """The Hopper file's residual comments (written by scripts/fit_efficiency.py) reproduce:
-    the constants committed are the ones that gave them."""
-    text = resources.files("inferplan.perf").joinpath("data/efficiency/hopper.yaml").read_text()
+@pytest.mark.parametrize(
+    ("package", "path", "cases"),
+    [
+        (
+            "inferplan.perf",
+            "data/efficiency/hopper.yaml",
+            ["trtllm-llama31-8b-h100-fp8", "trtllm-llama33-70b-h100-tp2-fp8"],
+        ),
+        (
+            "inferplan.plan",
+            "data/engine_cpu_costs.yaml",
+            ["vllm060-llama3-8b-h100-sharegpt", "vllm060-llama3-70b-h100-tp4-sharegpt"],
+        ),
+    ],
+    ids=["hopper", "vllm-0.6.0"],
+)
+def test_the_fitted_files_residuals_are_what_validation_gives_now(
+    package: str, path: str, cases: list[str]
+) -> None:
+    """The residual comments scripts/fit_efficiency.py wrote reproduce: the constants committed
+    are the ones that gave them."""
+    text = resources.files(package).joinpath(path).read_text()
     written = dict(re.findall(r"^#   (.+?): [+-][\d.]+% -> ([+-][\d.]+%)$", text, re.MULTILINE))
-    results = validate(["trtllm-llama31-8b-h100-fp8", "trtllm-llama33-70b-h100-tp2-fp8"])
-    assert len(written) == len(results) == 11
+    results = validate(cases)
+    assert len(written) == len(results) > 0
     for r in results:
         assert written[f"{r.run.case_id} | {r.run.label} | {r.run.metric}"] == f"{r.error:+.1%}"

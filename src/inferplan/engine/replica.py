@@ -21,7 +21,9 @@ request's whole prompt + output, so nothing is preempted: request-level batching
 engine the vLLM 0.6.0 measurements ran; SGLang's default also runs prefill batches instead of
 decode ones): whenever the queue head's whole prompt fits the token budget, ``max_num_seqs`` and
 the pool, a step runs only new prompts (as many as fit, in order) and every running request
-waits; otherwise every running request decodes.
+waits; otherwise every running request decodes. With ``num_scheduler_steps`` k > 1 (V0's
+multi-step scheduling) a decode batch, once scheduled, runs k steps before the scheduler looks
+at the queue again, so a new prompt waits for the end of the current block.
 
 ``--engine trtllm`` emulates TensorRT-LLM's defaults (``capacityScheduler.cpp``,
 ``microBatchScheduler.cpp``): GUARANTEED_NO_EVICT admits a request in arrival order only if its
@@ -68,6 +70,7 @@ class SchedulerConfig:
     scheduler: str = "continuous"  # or "static", "trtllm", "prefill_first"
     kv_block_bytes: float = 0.0  # one block, every layer, per device (for swap traffic)
     host_link_bytes_s: float = 64e9
+    num_scheduler_steps: int = 1  # prefill-first: decode steps per scheduling decision
 
 
 @dataclass
@@ -77,6 +80,7 @@ class _Plan:
     sched: np.ndarray  # tokens per running row
     swap_s: float = 0.0
     preempted: bool = False
+    prefill_only: bool = False  # a prefill-first step of new prompts
 
 
 class Replica(DecodeStretches):
@@ -108,6 +112,9 @@ class Replica(DecodeStretches):
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
         self._decoding = None
         self.vector_steps = True  # False: every exact step takes the general path (reference)
+        # Prefill-first multi-step: decode steps since the scheduler last looked at the queue,
+        # modulo num_scheduler_steps (0: this step is a scheduling point).
+        self.decode_phase = 0
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -150,14 +157,15 @@ class Replica(DecodeStretches):
 
     def _prefill_only(self) -> _Plan | None:
         """A step of whole new prompts while running requests wait (prefill-first), or None
-        when the queue head cannot be admitted now."""
-        if self.swapped:
-            return None
+        when this step decodes: inside a multi-step block, or the queue head cannot be admitted
+        now."""
+        if self.swapped or (self.decode_phase and len(self.running)):
+            return None  # an emptied batch ends its block early
         sched = [0] * len(self.running)
         self._admit_waiting(self.cfg.max_num_batched_tokens, sched)
         if not any(sched):
             return None
-        return _Plan(np.array(sched, dtype=np.int64))
+        return _Plan(np.array(sched, dtype=np.int64), prefill_only=True)
 
     def _decode_and_admit_step(self) -> bool:
         """The common step in vector form: every running row decodes one token (the budget and
@@ -233,6 +241,10 @@ class Replica(DecodeStretches):
         if not np.any(plan.sched):
             self.now += plan.swap_s
             return
+        if self.cfg.scheduler == "prefill_first":
+            self.decode_phase = (
+                0 if plan.prefill_only else (self.decode_phase + 1) % self.cfg.num_scheduler_steps
+            )
         batch = self._batch(plan.sched)
         self._count_idle_slots(1)
         duration = self.model.step_time(batch).total_s + plan.swap_s
@@ -338,7 +350,8 @@ class Replica(DecodeStretches):
             budget -= n
             swap_s += held * cfg.kv_block_bytes / cfg.host_link_bytes_s
             self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
-        if cfg.scheduler == "static" and len(run):
+        if (cfg.scheduler == "static" and len(run)) or cfg.scheduler == "prefill_first":
+            # Static batching admits between batches; prefill-first only in a step of its own.
             return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)
         self._admit_waiting(budget, sched)
         return _Plan(np.array(sched, dtype=np.int64), swap_s=swap_s)

@@ -31,6 +31,7 @@ class ServingOptions:
     max_concurrency: int | None = None
     exact: bool = False
     engine: str = "vllm"
+    num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -42,6 +43,15 @@ class ServingOptions:
                 f"--engine {self.engine}: its scheduler is not emulated yet; "
                 f"simulate supports {', '.join(ENGINE_SCHEDULERS)} "
                 "(memory and roofline accept every engine)"
+            )
+        if self.num_scheduler_steps < 1:
+            raise InferplanError(
+                f"--num-scheduler-steps: must be >= 1, got {self.num_scheduler_steps}"
+            )
+        if self.num_scheduler_steps > 1 and self.scheduler != "prefill-first":
+            raise InferplanError(
+                "--num-scheduler-steps: multi-step scheduling is emulated with "
+                "--scheduler prefill-first only (vLLM V0)"
             )
         if self.data_parallel_size < 1:
             raise InferplanError(
@@ -75,6 +85,7 @@ def simulate(
         scheduler=_replica_scheduler(options),
         kv_block_bytes=block_bytes,
         host_link_bytes_s=host_link,
+        num_scheduler_steps=options.num_scheduler_steps,
     )
     sim_cfg = SimulationConfig(
         scheduler=scheduler,

@@ -42,6 +42,7 @@ class DecodeStretches:
     num_steps: int
     batch_slots: int
     idle_slot_steps: int
+    decode_phase: int
     # Whether every running row is a pure decode (None: unknown since the last exact step).
     # Stretches and preemption steps keep it true; only an exact step can change it.
     _decoding: bool | None
@@ -77,12 +78,11 @@ class DecodeStretches:
             return True
         rid, tokens = self.waiting.peek()
         if cfg.scheduler == "prefill_first":
-            # The next step is the head's prefill alone if it fits now (the whole budget, the
-            # free pool); the pool only shrinks while decoding, so otherwise it stays out.
-            return (
-                tokens > cfg.max_num_batched_tokens
-                or self._admission_blocks(rid, tokens, tokens) > self.free_blocks
-            )
+            # Inside a multi-step block every step decodes (``stretch_steps`` stops the stretch
+            # at the block's end); at a scheduling point the head's prefill runs alone if it
+            # fits now (the whole budget, the free pool), and the pool only shrinks while
+            # decoding, so otherwise it stays out.
+            return self.decode_phase > 0 or not self._head_admissible()
         leftover = cfg.max_num_batched_tokens - n
         if leftover <= 0:
             return True
@@ -97,6 +97,23 @@ class DecodeStretches:
             self.free_blocks - crossing
         )
 
+    def _head_admissible(self) -> bool:
+        """Prefill-first: the queue head's whole prompt fits the budget and the free pool."""
+        rid, tokens = self.waiting.peek()
+        return tokens <= self.cfg.max_num_batched_tokens and (
+            self._admission_blocks(rid, tokens, tokens) <= self.free_blocks
+        )
+
+    def _steps_to_scheduling_point(self) -> int | None:
+        """Prefill-first multi-step: decode steps left before the scheduler could admit the
+        queue head (None when nothing waiting can be admitted before an event)."""
+        cfg = self.cfg
+        if cfg.scheduler != "prefill_first" or not len(self.waiting) or self.decode_phase == 0:
+            return None
+        if len(self.running) >= cfg.max_num_seqs or self.swapped or not self._head_admissible():
+            return None
+        return cfg.num_scheduler_steps - self.decode_phase
+
     def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
         """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
         whether it ends only because step ``k`` cannot get its blocks."""
@@ -109,6 +126,9 @@ class DecodeStretches:
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
             k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
+        block_end = self._steps_to_scheduling_point()
+        if block_end is not None:
+            k = min(k, block_end)
         full_rounds = (self.free_blocks // n) * cfg.block_size
         if full_rounds >= k:  # the pool lasts longer: k_pool >= full_rounds
             return k, a, b, False
@@ -141,6 +161,8 @@ class DecodeStretches:
         self._stretch_itl(gaps, same, first, step, k)
         self.now += total
         self.num_steps += k
+        if cfg.scheduler == "prefill_first":
+            self.decode_phase = (self.decode_phase + k) % cfg.num_scheduler_steps
         last_token[:] = self.now
         if (generated - run.target).max() >= 0:
             self._finish(np.flatnonzero(generated >= run.target))
