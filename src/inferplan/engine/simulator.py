@@ -35,8 +35,10 @@ from inferplan.workload.request import Workload
 def same_time_s(now: float) -> float:
     """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
     Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
-    differs in the last bits, and an arrival tied with a step boundary must be ordered the same
-    way in both."""
+    differs in the last bits (a rounding error that grows with the time elapsed since the
+    clock's start), and an arrival tied with a step boundary must be ordered the same way in
+    both. The clock starts at the first arrival (``Simulation`` rebases the trace), so where a
+    trace's times start (0, or Unix-epoch seconds) changes nothing."""
     return 1e-9 * (now + 1.0)
 
 
@@ -59,11 +61,14 @@ class SimulationResult:
     duration_s: float
     num_steps: int
     idle_slot_steps: int  # static batching: slot-steps held by finished members of a batch
+    # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
+    # it (add it back to show trace times).
+    time_offset_s: float = 0.0
 
 
-def _records_for(workload: Workload) -> RequestRecords:
+def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
     rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
-    rec.dispatch_s[:] = workload.arrival_s
+    rec.dispatch_s[:] = workload.arrival_s - offset_s
     rec.input_tokens[:] = workload.input_tokens
     rec.class_ids[:] = workload.class_ids
     assert rec.requested_output_tokens is not None
@@ -89,7 +94,10 @@ class Simulation:
                 "requires) a preempted request's prompt must fit one step"
             )
         self.workload, self.cfg = workload, cfg
-        self.records = _records_for(workload)
+        # The clock starts at the first arrival: results must not depend on where a trace's
+        # times start, and float clocks near 1.7e9 s (Unix epoch) would lose the step times.
+        self.time_offset_s = float(workload.arrival_s[0]) if workload.num_requests else 0.0
+        self.records = _records_for(workload, self.time_offset_s)
         self.itl = ItlHistogram()
         keys = policy_keys(
             cfg.scheduling_policy, workload.arrival_s, workload.priorities, workload.output_tokens
@@ -110,7 +118,7 @@ class Simulation:
         for replica in self.replicas:
             replica.vector_steps = not cfg.exact
         self.next_request = 0
-        self._arrival_s: list[float] = workload.arrival_s.tolist()
+        self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
         self.num_routed = 0
@@ -261,4 +269,5 @@ class Simulation:
             duration_s=duration,
             num_steps=sum(r.num_steps for r in self.replicas),
             idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
+            time_offset_s=self.time_offset_s,
         )

@@ -125,7 +125,7 @@ class DecodeStretches:
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
-            k = min(k, _steps_before(next_arrival_s - self.now, a, b, context, n))
+            k = _steps_before(next_arrival_s - self.now, a, b, context, n, k)
         block_end = self._steps_to_scheduling_point()
         if block_end is not None:
             k = min(k, block_end)
@@ -206,21 +206,40 @@ class DecodeStretches:
             self.advance_decode(1, a, b)
 
 
-def _steps_before(window_s: float, a: float, b: float, context: int, n: int) -> int:
-    """Steps that start before ``window_s`` from now: the smallest ``i`` with ``S(i) >= window_s``,
-    where ``S(i) = i*a + b*(i*C + n*i*(i-1)/2)`` is the time ``i`` steps take."""
-    if window_s <= 0:
+def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap: int) -> int:
+    """Steps that start before ``window_s`` from now, at most ``cap``: the smallest ``i <= cap``
+    with ``S(i) >= window_s``, or ``cap`` if there is none, where
+    ``S(i) = i*a + b*(i*C + n*i*(i-1)/2)`` is the time ``i`` steps take. ``S`` is increasing,
+    so a bisection bounds the work (a far window, e.g. an arrival 1e100 s away, must not make
+    the search walk one float at a time)."""
+    if window_s <= 0 or cap <= 0:
         return 0
 
     def elapsed(i: int) -> float:
         return i * a + b * (i * context + n * i * (i - 1) / 2)
 
+    if elapsed(cap) < window_s:
+        return cap
     qa, qb = b * n / 2, a + b * context - b * n / 2
     root = math.sqrt(qb * qb + 4 * qa * window_s)
-    guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb
-    i = max(0, math.ceil(guess) - 2)
-    while elapsed(i) < window_s:
-        i += 1
-    while i > 0 and elapsed(i - 1) >= window_s:
-        i -= 1
-    return i
+    guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb if qb > 0 else cap
+    # Bracket the answer in (low, high] with S(low) < window_s <= S(high), starting near the
+    # root: usually two probes settle it, and the bisection is the bound.
+    low, high = 0, cap
+    near = min(max(0, math.ceil(guess) - 2), cap)
+    if elapsed(near) >= window_s:
+        high = near
+        if near >= 2 and elapsed(near - 2) < window_s:
+            low = near - 2
+    else:
+        low = near
+        probe = near + 2
+        if probe < high and elapsed(probe) >= window_s:
+            high = probe
+    while high - low > 1:
+        mid = (low + high) // 2
+        if elapsed(mid) >= window_s:
+            high = mid
+        else:
+            low = mid
+    return high
