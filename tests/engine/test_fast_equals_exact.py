@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.memory.blockpool import BlockPool, KvGroup, pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.records import RequestStatus
 from inferplan.perf.factory import build_step_model
@@ -60,6 +61,8 @@ class Case:
     max_concurrency: int | None
     reject_some: bool
     num_scheduler_steps: int = 1  # prefill-first multi-step blocks
+    # Layer kinds sharing the pool; None: the plan's own (full attention for Llama).
+    kv_groups: tuple[KvGroup, ...] | None = None
 
 
 def _workload(case: Case) -> Workload:
@@ -82,9 +85,11 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
     longest = int((wl.input_tokens + wl.output_tokens).max())
     # With reject_some, the longest requests exceed max_model_len and are rejected at arrival.
     max_model_len = max(longest - 50, 2) if case.reject_some else longest
-    one_request = math.ceil(max_model_len / case.block_size)
+    layout = pool_layout(plan)
+    groups = layout.groups if case.kv_groups is None else case.kv_groups
+    one_request = BlockPool(1, case.block_size, groups).blocks_for_one(max_model_len)
     if case.spare_blocks is None:
-        num_blocks = max(plan.num_blocks, one_request + 4)
+        num_blocks = max(layout.num_blocks, one_request + 4)
     else:
         num_blocks = one_request + 3 + case.spare_blocks
     sched = SchedulerConfig(
@@ -100,6 +105,7 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
         kv_block_bytes=case.block_size * plan.kv_bytes_per_token,
         host_link_bytes_s=64e9,
         num_scheduler_steps=case.num_scheduler_steps if case.scheduler == "prefill_first" else 1,
+        kv_groups=groups,
     )
     return SimulationConfig(
         sched,
@@ -166,6 +172,12 @@ BASE = Case(
 )
 
 
+# Synthetic layer kinds: a full group beside a windowed one 3 times its size that holds at most
+# 4 blocks (Gemma-3-like), and windowed layers only (Mistral-7B-v0.1-like).
+WINDOWED = (KvGroup(1), KvGroup(3, max_blocks=4))
+WINDOWED_ONLY = (KvGroup(2, max_blocks=5),)
+
+
 @st.composite
 def cases(draw: st.DrawFn, data_parallel_sizes: tuple[int, ...] = (1,)) -> Case:
     return Case(
@@ -189,6 +201,7 @@ def cases(draw: st.DrawFn, data_parallel_sizes: tuple[int, ...] = (1,)) -> Case:
         max_concurrency=draw(st.sampled_from([None, None, 1, 4, 12])),
         reject_some=draw(st.booleans()),
         num_scheduler_steps=draw(st.sampled_from([1, 3, 10])),
+        kv_groups=draw(st.sampled_from([None, None, WINDOWED, WINDOWED_ONLY])),
     )
 
 
@@ -260,6 +273,18 @@ def test_small_pool_preempts_and_fast_still_equals_exact(preemption_mode: str) -
         assert fast.records.recomputed_tokens.sum() > 0
 
 
+@pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
+@pytest.mark.parametrize("kv_groups", [WINDOWED, WINDOWED_ONLY], ids=["windowed", "window-only"])
+def test_windowed_pool_preempts_and_fast_still_equals_exact(
+    preemption_mode: str, kv_groups: tuple[KvGroup, ...]
+) -> None:
+    """Windowed layer groups: a crossing costs less once a sequence fills its window, so the
+    closed-form pool bound weighs each row's crossings and stops where a cost changes."""
+    case = Case(**{**BASE.__dict__, "preemption_mode": preemption_mode, "kv_groups": kv_groups})
+    fast = _check_case(case)
+    assert fast.records.num_preemptions.sum() > 0
+
+
 def test_fast_mode_takes_far_fewer_loop_iterations_than_steps() -> None:
     """The stretches are real: with plenty of KV the fast run advances many steps at once."""
     case = Case(**{**BASE.__dict__, "spare_blocks": None, "request_rate": 2.0})
@@ -279,7 +304,8 @@ def test_fast_mode_takes_far_fewer_loop_iterations_than_steps() -> None:
 @pytest.mark.parametrize(
     ("model_name", "gpu", "pp"),
     [
-        ("gpt-oss-20b", "h100", 1),  # sliding-window attention layers
+        ("gpt-oss-20b", "h100", 1),  # sliding-window attention layers (window 128)
+        ("gemma-3-27b-it", "h100", 1),  # 5 windowed layers (1,024) per full one
         ("Qwen3-30B-A3B", "h200", 1),  # MoE
         ("Llama-3.1-8B", "h200", 2),  # pipeline parallel
     ],

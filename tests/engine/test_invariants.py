@@ -93,7 +93,7 @@ def _checked_run(wl: Workload, cfg: SimulationConfig) -> SimulationResult:
 
     def check(replica: Replica) -> None:
         replica.check_invariants()
-        assert replica.free_blocks >= 0
+        assert replica.pool.free >= 0
         assert replica.now >= clocks.get(replica.index, 0.0), "a replica's clock went backwards"
         clocks[replica.index] = replica.now
 

@@ -127,7 +127,7 @@ def test_single_request_ttft_and_e2e_are_sums_of_model_step_times() -> None:
     assert rec.status[0] == int(RequestStatus.COMPLETED)
     assert rec.output_tokens[0] == output
     assert replica.num_steps == output
-    assert replica.free_blocks == replica.cfg.num_blocks
+    assert replica.pool.free == replica.cfg.num_blocks
     assert rec.max_itl_s[0] == pytest.approx(max(decodes), rel=1e-12)
 
 
@@ -235,7 +235,7 @@ def _two_running_at_block_boundary(preemption_mode: str) -> Replica:
         replica.step()
         replica.check_invariants()
     assert replica.running.num_computed.tolist() == [8, 8]
-    assert replica.free_blocks == 0
+    assert replica.pool.free == 0
     replica.add_request(2)  # waits behind; the preempted request must go ahead of it
     return replica
 
@@ -251,7 +251,7 @@ def test_recompute_preemption_takes_the_last_admitted_to_the_head_of_waiting() -
     # Prepended, and it must now recompute prompt + the 5 tokens it generated.
     assert replica.waiting.peek() == (1, 9)
     assert len(replica.waiting) == 2
-    assert replica.free_blocks == 4 - 3
+    assert replica.pool.free == 4 - 3
     _run_to_end(replica)
     assert rec.status.tolist() == [int(RequestStatus.COMPLETED)] * 3
     assert rec.output_tokens.tolist() == [10, 10, 3]

@@ -50,6 +50,7 @@ import numpy as np
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
 from inferplan.engine.stretch import DecodeStretches
+from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -71,6 +72,9 @@ class SchedulerConfig:
     kv_block_bytes: float = 0.0  # one block, every layer, per device (for swap traffic)
     host_link_bytes_s: float = 64e9
     num_scheduler_steps: int = 1  # prefill-first: decode steps per scheduling decision
+    # Layer kinds sharing the pool (full attention, sliding windows); ``num_blocks`` and
+    # ``kv_block_bytes`` are in pool blocks (``memory/blockpool.py``).
+    kv_groups: tuple[KvGroup, ...] = FULL_ATTENTION
 
 
 @dataclass
@@ -103,7 +107,7 @@ class Replica(DecodeStretches):
         self.target_tokens = records.requested_tokens
         self.running = RunningSet()
         self.swapped: deque[tuple[int, int, int, int]] = deque()  # id, computed, tokens, blocks
-        self.free_blocks = cfg.num_blocks
+        self.pool = BlockPool(cfg.num_blocks, cfg.block_size, cfg.kv_groups)
         self.now = 0.0
         self.num_steps = 0
         # Static batching: the batch's size, and slot-steps its finished members left idle.
@@ -128,13 +132,13 @@ class Replica(DecodeStretches):
 
     @property
     def used_blocks(self) -> int:
-        return self.cfg.num_blocks - self.free_blocks
+        return self.pool.used
 
     def check_invariants(self) -> None:
         """Blocks are conserved and every running request holds what its KV needs."""
         held = int(self.running.held_blocks.sum()) + 0
-        assert held + self.free_blocks == self.cfg.num_blocks, "KV blocks not conserved"
-        need = -(-self.running.num_computed // self.cfg.block_size)
+        assert held + self.pool.free == self.cfg.num_blocks, "KV blocks not conserved"
+        need = self.pool.blocks_for(self.running.num_computed)
         assert np.all(self.running.held_blocks >= need), "a request lacks blocks for its KV"
         assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
 
@@ -178,11 +182,11 @@ class Replica(DecodeStretches):
         if n > cfg.max_num_batched_tokens or not self.is_decoding():
             return False
         computed = run.num_computed
-        crossing = computed % cfg.block_size == 0
-        new_blocks = int(np.count_nonzero(crossing))
-        if new_blocks > self.free_blocks:
+        crossing = self.pool.crossing_cost(computed)
+        new_blocks = int(crossing.sum())
+        if new_blocks > self.pool.free:
             return False
-        self.free_blocks -= new_blocks
+        self.pool.free -= new_blocks
         run.held_blocks += crossing
         decode_context = int(computed.sum()) + n
         chunks: list[int] = []
@@ -254,7 +258,7 @@ class Replica(DecodeStretches):
         self._finish_step(plan.sched, duration)
 
     def _blocks_for(self, tokens: np.ndarray) -> np.ndarray:
-        return -(-tokens // self.cfg.block_size)
+        return self.pool.blocks_for(tokens)
 
     def _schedule_running(self) -> _Plan:
         run = self.running
@@ -263,8 +267,8 @@ class Replica(DecodeStretches):
         cum = np.cumsum(need)
         sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
         new_blocks = np.maximum(self._blocks_for(run.num_computed + sched) - run.held_blocks, 0)
-        if int(new_blocks.sum()) <= self.free_blocks:
-            self.free_blocks -= int(new_blocks.sum())
+        if int(new_blocks.sum()) <= self.pool.free:
+            self.pool.free -= int(new_blocks.sum())
             run.held_blocks = run.held_blocks + new_blocks
             return _Plan(sched)
         return self._schedule_running_with_preemption()
@@ -273,29 +277,29 @@ class Replica(DecodeStretches):
         """The running pass when the pool runs short: rows are granted in order; at the first
         row that does not fit, the last-admitted requests are preempted until it fits or is
         itself the victim (vLLM v1), then the pass goes on from the next row."""
-        run, block = self.running, self.cfg.block_size
+        run, pool = self.running, self.pool
         budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
         while start < len(run) and budget > 0:
             need = run.num_tokens[start:] - run.num_computed[start:]
             cum = np.cumsum(need)
             sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
             new_blocks = np.maximum(
-                -(-(run.num_computed[start:] + sched) // block) - run.held_blocks[start:], 0
+                pool.blocks_for(run.num_computed[start:] + sched) - run.held_blocks[start:], 0
             )
-            failing = np.flatnonzero(np.cumsum(new_blocks) > self.free_blocks)
+            failing = np.flatnonzero(np.cumsum(new_blocks) > pool.free)
             granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
-            self.free_blocks -= int(new_blocks[:granted].sum())
+            pool.free -= int(new_blocks[:granted].sum())
             run.held_blocks[start : start + granted] += new_blocks[:granted]
             budget -= int(sched[:granted].sum())
             if granted == len(new_blocks):
                 return self._plan_from_running(swap_s, stop=len(run))
             row, needed = start + granted, int(new_blocks[granted])
-            while needed > self.free_blocks:
+            while needed > pool.free:
                 is_self = len(run) - 1 == row
                 swap_s += self._preempt_last()
                 if is_self:
                     return self._plan_from_running(swap_s, stop=row)
-            self.free_blocks -= needed
+            pool.free -= needed
             run.held_blocks[row] += needed
             budget -= int(sched[granted])
             start = row + 1
@@ -313,7 +317,7 @@ class Replica(DecodeStretches):
     def _preempt_last(self) -> float:
         """Preempt the last-admitted running request; the seconds its swap-out takes."""
         rid, computed, tokens, held = self.running.pop_last()
-        self.free_blocks += held
+        self.pool.free += held
         self.records.num_preemptions[rid] += 1
         if self.cfg.preemption_mode == "swap":
             self.swapped.appendleft((rid, computed, tokens, held))
@@ -332,11 +336,11 @@ class Replica(DecodeStretches):
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
             rid, computed, tokens, held = self.swapped[0]
             n = min(tokens - computed, budget)
-            blocks = max(_ceil_div(computed + n, cfg.block_size), held)
-            if blocks > self.free_blocks:
+            blocks = max(self.pool.blocks_for_one(computed + n), held)
+            if blocks > self.pool.free:
                 break
             self.swapped.popleft()
-            self.free_blocks -= blocks
+            self.pool.free -= blocks
             run.append(
                 rid,
                 computed,
@@ -367,11 +371,11 @@ class Replica(DecodeStretches):
                 break  # TensorRT-LLM without chunked context: the prompt waits for a step
             n = min(tokens, budget)
             blocks = self._admission_blocks(rid, tokens, n)
-            if blocks > self.free_blocks:
+            if blocks > self.pool.free:
                 break
             self.waiting.pop()
-            held = _ceil_div(n, cfg.block_size)
-            self.free_blocks -= held
+            held = self.pool.blocks_for_one(n)
+            self.pool.free -= held
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = self.now
             run.append(
@@ -389,8 +393,8 @@ class Replica(DecodeStretches):
             run = self.running
             ends = self.prompt_tokens[run.ids] + run.target
             reserved = int((self._blocks_for(ends) - run.held_blocks).sum())
-            return _ceil_div(total, self.cfg.block_size) + reserved
-        return _ceil_div(chunk, self.cfg.block_size)
+            return self.pool.blocks_for_one(total) + reserved
+        return self.pool.blocks_for_one(chunk)
 
     def _generated(self, rid: int, num_tokens: int) -> int:
         return int(num_tokens - self.prompt_tokens[rid])
@@ -456,12 +460,8 @@ class Replica(DecodeStretches):
         rec.finish_s[ids] = self.now
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
-        self.free_blocks += int(run.held_blocks[rows].sum())
+        self.pool.free += int(run.held_blocks[rows].sum())
         run.drop(rows)
         self.on_finish.extend(ids.tolist())
         if len(run) == 0:
             self.batch_slots = 0
-
-
-def _ceil_div(num: int, den: int) -> int:
-    return -(-num // den)

@@ -1,7 +1,8 @@
 """From a memory plan, a step-time model and a workload to a finished simulation.
 
-The scheduler's limits come from the plan (KV blocks, block size, token budget, max sequences,
-max model length); swap traffic uses one block's bytes over the GPU's host link.
+The scheduler's limits come from the plan (KV pool blocks per layer kind, block size, token
+budget, max sequences, max model length); swap traffic uses one pool block's bytes over the
+GPU's host link.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
+from inferplan.memory.blockpool import pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
@@ -74,18 +76,19 @@ def simulate(
 ) -> SimulationResult:
     cfg = plan.config
     host_link = plan.gpu.host_link_bytes_s or 32e9
-    block_bytes = plan.worst_stage.kv_bytes_per_token * cfg.block_size
+    layout = pool_layout(plan)  # full and sliding-window layers share the pool
     dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
     scheduler = SchedulerConfig(
         max_num_batched_tokens=cfg.max_num_batched_tokens * dpa,
         max_num_seqs=cfg.max_num_seqs * dpa,
         block_size=cfg.block_size,
-        num_blocks=plan.num_blocks,
+        num_blocks=layout.num_blocks,
         preemption_mode=options.preemption_mode,
         scheduler=_replica_scheduler(options),
-        kv_block_bytes=block_bytes,
+        kv_block_bytes=layout.block_bytes,
         host_link_bytes_s=host_link,
         num_scheduler_steps=options.num_scheduler_steps,
+        kv_groups=layout.groups,
     )
     sim_cfg = SimulationConfig(
         scheduler=scheduler,

@@ -10,7 +10,8 @@ Client side, as ``vllm bench serve``: a request is sent at its trace time; with
 ``--max-concurrency`` it waits until fewer than that many are in flight, and its latency clock
 starts when it is sent to the server. Requests whose prompt + output exceed ``--max-model-len``
 are rejected at arrival (the OpenAI server's check), and so are prompts longer than the token
-budget when prompts cannot be chunked (TensorRT-LLM's default).
+budget when prompts cannot be chunked (TensorRT-LLM's default) and requests whose KV could not
+fit the replica's block pool even alone: a run completes with them as rejected requests.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import WHOLE_PROMPT_SCHEDULERS, Replica, SchedulerConfig
 from inferplan.errors import InferplanError
+from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -94,6 +96,8 @@ class Simulation:
                 "requires) a preempted request's prompt must fit one step"
             )
         self.workload, self.cfg = workload, cfg
+        sched = cfg.scheduler
+        self.pool = BlockPool(sched.num_blocks, sched.block_size, sched.kv_groups)  # arithmetic
         # The clock starts at the first arrival: results must not depend on where a trace's
         # times start, and float clocks near 1.7e9 s (Unix epoch) would lose the step times.
         self.time_offset_s = float(workload.arrival_s[0]) if workload.num_requests else 0.0
@@ -153,11 +157,12 @@ class Simulation:
         total = prompt + int(self.workload.output_tokens[rid])
         scheduler = self.cfg.scheduler
         # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context, a
-        # prefill-first scheduler) is refused, as the engine refuses one over its token budget.
+        # prefill-first scheduler) is refused, as the engine refuses one over its token budget;
+        # so is a request whose KV can never fit the replica's pool, even alone.
         unschedulable = (
             scheduler.scheduler in WHOLE_PROMPT_SCHEDULERS
             and prompt > scheduler.max_num_batched_tokens
-        )
+        ) or self._kv_blocks_at_end(prompt, total - prompt) > scheduler.num_blocks
         if total > self.cfg.max_model_len or unschedulable:
             rec.status[rid] = int(RequestStatus.REJECTED)
             self.num_done += 1
@@ -169,6 +174,13 @@ class Simulation:
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
+
+    def _kv_blocks_at_end(self, prompt: int, output: int) -> int:
+        """Pool blocks a request holds at its largest: its whole prompt + output where
+        admission reserves them (static batching, TensorRT-LLM), else the KV of every token
+        but the last sampled one."""
+        reserves_all = self.cfg.scheduler.scheduler in ("static", "trtllm")
+        return self.pool.blocks_for_one(prompt + output - (0 if reserves_all else 1))
 
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the

@@ -17,6 +17,7 @@ import numpy as np
 
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
+from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords
 from inferplan.metrics.steptrace import StepTrace
@@ -37,7 +38,7 @@ class DecodeStretches:
     trace: StepTrace
     running: RunningSet
     swapped: deque[tuple[int, int, int, int]]
-    free_blocks: int
+    pool: BlockPool
     now: float
     num_steps: int
     batch_slots: int
@@ -90,18 +91,18 @@ class DecodeStretches:
             # Whole prompts only; and the free blocks beyond the running requests' reservations
             # do not change while they decode, so a head that does not fit stays out.
             return tokens > leftover or self._admission_blocks(rid, tokens, tokens) > (
-                self.free_blocks
+                self.pool.free
             )
-        crossing = int(np.count_nonzero(run.num_computed % cfg.block_size == 0))
+        crossing = int(self.pool.crossing_cost(run.num_computed).sum())
         return self._admission_blocks(rid, tokens, min(tokens, leftover)) > (
-            self.free_blocks - crossing
+            self.pool.free - crossing
         )
 
     def _head_admissible(self) -> bool:
         """Prefill-first: the queue head's whole prompt fits the budget and the free pool."""
         rid, tokens = self.waiting.peek()
         return tokens <= self.cfg.max_num_batched_tokens and (
-            self._admission_blocks(rid, tokens, tokens) <= self.free_blocks
+            self._admission_blocks(rid, tokens, tokens) <= self.pool.free
         )
 
     def _steps_to_scheduling_point(self) -> int | None:
@@ -117,7 +118,7 @@ class DecodeStretches:
     def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
         """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
         whether it ends only because step ``k`` cannot get its blocks."""
-        run, cfg = self.running, self.cfg
+        run = self.running
         n = len(run)
         context = int(run.num_computed.sum()) + n
         a, b, limit = self.model.decode_line(n, context)
@@ -129,13 +130,35 @@ class DecodeStretches:
         block_end = self._steps_to_scheduling_point()
         if block_end is not None:
             k = min(k, block_end)
-        full_rounds = (self.free_blocks // n) * cfg.block_size
-        if full_rounds >= k:  # the pool lasts longer: k_pool >= full_rounds
-            return k, a, b, False
-        offsets = (-run.num_computed) % cfg.block_size
-        kth = int(np.partition(offsets, self.free_blocks % n)[self.free_blocks % n])
-        k_pool = full_rounds + kth
+        k, k_pool = self._steps_before_pool_runs_out(k)
         return min(k, k_pool), a, b, k_pool < k
+
+    def _steps_before_pool_runs_out(self, k: int) -> tuple[int, int]:
+        """(k, k_pool): the stretch's length, shortened where the pool's crossing costs change,
+        and the first step whose block allocation fails (``>= k`` when none in ``k`` steps).
+        Every row crosses into a new block once per ``block_size`` steps, at its offset
+        ``(-computed) mod block_size``; a round of crossings costs the sum of the rows' costs,
+        so ``free // round`` rounds succeed and, within the next, the first crossing (in offset
+        order) that the rest of the pool cannot cover fails."""
+        run, pool, block = self.running, self.pool, self.cfg.block_size
+        free, n = pool.free, len(run)
+        if pool.is_uniform:  # every crossing costs one block: a partial sort finds it
+            full_rounds = (free // n) * block
+            if full_rounds >= k:
+                return k, k
+            offsets = (-run.num_computed) % block
+            return k, full_rounds + int(np.partition(offsets, free % n)[free % n])
+        cost, hold = pool.next_crossing_costs(run.num_computed)
+        per_round = int(cost.sum())
+        if per_round == 0 or (free // per_round) * block >= k:
+            return k, k  # costs only fall as windows fill, so the pool lasts longer
+        if hold is not None:
+            k = min(k, hold)
+        full_rounds = (free // per_round) * block
+        offsets = (-run.num_computed) % block
+        order = np.argsort(offsets, kind="stable")
+        failing = int(np.argmax(np.cumsum(cost[order]) > free % per_round))
+        return k, full_rounds + int(offsets[order[failing]])
 
     def advance_decode(self, k: int, a: float, b: float) -> None:
         """Run ``k`` decode steps of the current batch at once."""
@@ -148,14 +171,17 @@ class DecodeStretches:
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        self.trace.record(self.now, cfg.num_blocks - self.free_blocks)
+        self.trace.record(self.now, self.pool.used)
         self._count_idle_slots(k)
         # Every token time is <= now, so all rows emitted at now iff the earliest did.
         same = None if last_token.min() == self.now else last_token == self.now
         gaps = None if same is None else np.where(same, first, self.now + first - last_token)
         computed += k
-        np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
-        self.free_blocks = cfg.num_blocks - int(held.sum())  # the pool is what rows do not hold
+        if self.pool.is_uniform:
+            np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
+        else:
+            held[:] = self.pool.blocks_for(computed)
+        self.pool.free = cfg.num_blocks - int(held.sum())  # the pool is what rows do not hold
         generated += k
         tokens += k
         self._stretch_itl(gaps, same, first, step, k)
@@ -192,12 +218,12 @@ class DecodeStretches:
         move one way, so the number of victims is the smallest ``p`` with
         ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
         in a step that preempted (vLLM v1)."""
-        run, block = self.running, self.cfg.block_size
-        need = (run.num_computed % block == 0).astype(np.int64)
+        run = self.running
+        need = self.pool.crossing_cost(run.num_computed)
         cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
         held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
         n = len(run)
-        fits = cum_need[n - np.arange(n + 1)] <= self.free_blocks + held_tail
+        fits = cum_need[n - np.arange(n + 1)] <= self.pool.free + held_tail
         victims = int(np.argmax(fits))
         for _ in range(victims):
             self._preempt_last()
