@@ -447,3 +447,42 @@ def test_multi_step_admits_new_prompts_only_between_blocks() -> None:
     assert replica.now - t == pytest.approx(_prefill_s(50))
     _run_to_end(replica)
     assert (replica.records.status == int(RequestStatus.COMPLETED)).all()
+
+
+# ---- priority preemption: the victim is the largest (priority, arrival) ----------------------
+
+
+def _three_running_then_short(policy: str) -> Replica:
+    """Request 1 (priority 5) is admitted first, then 0 (priority 0) and 2 (priority 1); at
+    the next block boundary of 0 and 2 the 5-block pool has one block for two crossings."""
+    replica = _replica([4, 4, 4], [12, 12, 12], block_size=4, num_blocks=5)
+    keys = np.array([0.0, 5.0, 1.0])
+    replica.waiting = WaitingQueue(policy, keys if policy == "priority" else None)
+    replica.add_request(1)
+    replica.step()  # 1's prompt
+    replica.add_request(0)
+    replica.add_request(2)
+    replica.step()  # 1 decodes (a new block), 0 and 2 prefill
+    assert replica.running.ids.tolist() == [1, 0, 2]
+    assert replica.pool.free == 1
+    replica.step()  # 0 and 2 each cross into a second block: one of the three must go
+    replica.check_invariants()
+    return replica
+
+
+def test_priority_preemption_victim_is_the_largest_priority_even_if_scheduled() -> None:
+    """vLLM v1 (priority policy): victim = max(running, key=(priority, arrival)); here it is
+    request 1, already granted this step, whose tokens go back to the budget."""
+    replica = _three_running_then_short("priority")
+    assert replica.records.num_preemptions.tolist() == [0, 1, 0]
+    assert replica.running.ids.tolist() == [0, 2]
+    assert replica.running.num_computed.tolist() == [5, 5]
+    assert replica.waiting.peek() == (1, 6)  # prompt + 2 generated tokens to recompute
+    _run_to_end(replica)
+    assert replica.records.status.tolist() == [int(RequestStatus.COMPLETED)] * 3
+
+
+def test_fcfs_preemption_victim_is_the_last_admitted() -> None:
+    replica = _three_running_then_short("fcfs")
+    assert replica.records.num_preemptions.tolist() == [0, 0, 1]
+    assert replica.running.ids.tolist() == [1, 0]

@@ -275,10 +275,12 @@ class Replica(DecodeStretches):
 
     def _schedule_running_with_preemption(self) -> _Plan:
         """The running pass when the pool runs short: rows are granted in order; at the first
-        row that does not fit, the last-admitted requests are preempted until it fits or is
-        itself the victim (vLLM v1), then the pass goes on from the next row."""
+        row that does not fit, victims are preempted until it fits or is itself the victim
+        (vLLM v1), then the pass goes on from the next row. A victim granted earlier in this
+        pass gives its tokens back to the budget (vLLM's priority policy can pick one)."""
         run, pool = self.running, self.pool
         budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
+        granted_tokens = np.zeros(len(run), dtype=np.int64)
         while start < len(run) and budget > 0:
             need = run.num_tokens[start:] - run.num_computed[start:]
             cum = np.cumsum(need)
@@ -290,33 +292,40 @@ class Replica(DecodeStretches):
             granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
             pool.free -= int(new_blocks[:granted].sum())
             run.held_blocks[start : start + granted] += new_blocks[:granted]
+            granted_tokens[start : start + granted] = sched[:granted]
             budget -= int(sched[:granted].sum())
             if granted == len(new_blocks):
-                return self._plan_from_running(swap_s, stop=len(run))
-            row, needed = start + granted, int(new_blocks[granted])
+                break
+            row, needed, tokens = start + granted, int(new_blocks[granted]), int(sched[granted])
             while needed > pool.free:
-                is_self = len(run) - 1 == row
-                swap_s += self._preempt_last()
-                if is_self:
-                    return self._plan_from_running(swap_s, stop=row)
+                victim = self._victim_row()
+                swap_s += self._preempt(victim)
+                budget += int(granted_tokens[victim])
+                granted_tokens = np.delete(granted_tokens, victim)
+                if victim == row:  # the request itself: the running pass ends here
+                    granted_tokens[row:] = 0
+                    return _Plan(granted_tokens, swap_s=swap_s, preempted=True)
+                row -= victim < row
             pool.free -= needed
             run.held_blocks[row] += needed
-            budget -= int(sched[granted])
+            granted_tokens[row] = tokens
+            budget -= tokens
             start = row + 1
-        return self._plan_from_running(swap_s, stop=start)
+        return _Plan(granted_tokens, swap_s=swap_s, preempted=True)
 
-    def _plan_from_running(self, swap_s: float, stop: int) -> _Plan:
-        """The schedule after a sequential pass that granted rows before ``stop``."""
-        run = self.running
-        need = run.num_tokens - run.num_computed
-        cum = np.cumsum(need)
-        sched = np.minimum(need, np.maximum(self.cfg.max_num_batched_tokens - (cum - need), 0))
-        sched[stop:] = 0
-        return _Plan(sched, swap_s=swap_s, preempted=True)
+    def _victim_row(self) -> int:
+        """The running row to preempt: the last admitted (vLLM v1), or under the priority
+        policy the largest (priority, arrival) (``Scheduler.schedule``, priority branch)."""
+        run, keys = self.running, self.waiting.keys
+        if self.waiting.policy != "priority" or keys is None:
+            return len(run) - 1
+        ranks = keys[run.ids]
+        worst = np.flatnonzero(ranks == ranks.max())  # ties: the latest arrival (largest id)
+        return int(worst[np.argmax(run.ids[worst])])
 
-    def _preempt_last(self) -> float:
-        """Preempt the last-admitted running request; the seconds its swap-out takes."""
-        rid, computed, tokens, held = self.running.pop_last()
+    def _preempt(self, row: int) -> float:
+        """Preempt the running request at ``row``; the seconds its swap-out takes."""
+        rid, computed, tokens, held = self.running.pop(row)
         self.pool.free += held
         self.records.num_preemptions[rid] += 1
         if self.cfg.preemption_mode == "swap":
@@ -327,6 +336,9 @@ class Replica(DecodeStretches):
         self.records.recomputed_tokens[rid] += computed
         self.waiting.push_front(rid, num_tokens=tokens)
         return 0.0
+
+    def _preempt_last(self) -> float:
+        return self._preempt(len(self.running) - 1)
 
     def _schedule_waiting(self, plan: _Plan) -> _Plan:
         cfg, run = self.cfg, self.running

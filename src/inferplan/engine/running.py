@@ -101,18 +101,20 @@ class RunningSet:
             buffer[row : size - 1] = buffer[row + 1 : size]
         self._resize(size - 1)
 
-    def pop_last(self) -> tuple[int, int, int, int]:
-        """Remove the last-admitted request: (id, num_computed, num_tokens, held_blocks)."""
-        last = self._size - 1
+    def pop(self, row: int) -> tuple[int, int, int, int]:
+        """Remove the request at ``row``: (id, num_computed, num_tokens, held_blocks)."""
         b = self._buffers
-        row = (
-            int(b["ids"][last]),
-            int(b["num_computed"][last]),
-            int(b["num_tokens"][last]),
-            int(b["held_blocks"][last]),
+        values = (
+            int(b["ids"][row]),
+            int(b["num_computed"][row]),
+            int(b["num_tokens"][row]),
+            int(b["held_blocks"][row]),
         )
-        self._resize(last)
-        return row
+        if row == self._size - 1:
+            self._resize(row)
+        else:
+            self.drop(np.array([row], dtype=np.int64))
+        return values
 
     @property
     def all_decoding(self) -> bool:
