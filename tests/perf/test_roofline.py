@@ -197,18 +197,35 @@ def test_decode_past_the_largest_cuda_graph_runs_eager() -> None:
     assert gap == pytest.approx(eff.eager_layer_overhead_s * 32)
 
 
-def test_pipeline_with_many_microbatches_costs_m_plus_pp_minus_one_stage_times() -> None:
-    """GPipe: m micro-batches over pp stages take (m + pp - 1) bottleneck-stage times."""
+def test_pipeline_micro_batches_in_flight_cost_pp_stage_times() -> None:
+    """vLLM v1 keeps pp micro-batches in flight: two sequences in two micro-batches of one
+    advance a token in the same pp = 2 stage times as one sequence alone (GPipe's per-step
+    fill and drain, 3 stage times, once made this 1.5x slower). The LM head runs once per
+    micro-batch on the last stage, so it is taken out of the comparison."""
     flat = roofline("Llama-3.1-8B", pp=2)
     one_seq = flat.step_time(decode(1, 1000))
     two_seqs = flat.step_time(decode(2, 1000))
 
-    # Two sequences split into two micro-batches of one: 3 stage times instead of 2 (the LM
-    # head runs once per micro-batch on the last stage, so it is taken out of the comparison).
     def stages(step: StepTime) -> float:
         return step.by_bound_s["memory"] - step.by_operator_s["lm_head"]
 
-    assert stages(two_seqs) == pytest.approx(1.5 * stages(one_seq), rel=0.02)
+    assert stages(two_seqs) == pytest.approx(stages(one_seq), rel=0.02)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_pipelined_step_is_one_micro_batch_through_every_stage(pp: int) -> None:
+    """In flight, pp micro-batches of n sequences advance in the time one micro-batch takes
+    through all pp stages, which is the flat model's step for n sequences (the same layers, the
+    same rows per GEMM): on main the per-step bubble made it (2pp - 1)/pp times that."""
+    flat, piped = roofline("Llama-3.1-8B"), roofline("Llama-3.1-8B", pp=pp)
+    n = 16
+
+    def stages(step: StepTime) -> float:
+        return step.by_bound_s["memory"] - step.by_operator_s["lm_head"]
+
+    one = flat.step_time(decode(n, 3000))
+    in_flight = piped.step_time(decode(pp * n, 3000))
+    assert stages(in_flight) == pytest.approx(stages(one), rel=0.02)
 
 
 @pytest.mark.parametrize("name", ["Llama-3.1-8B", "gemma-3-27b-it"])

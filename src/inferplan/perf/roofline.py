@@ -6,8 +6,11 @@ Per layer: attention projections, the attention core (causal prefill pairs, deco
 MLA absorbed for decode, expanded for prefill; sliding windows cap what is read), the FFN (dense,
 or router + touched experts + shared experts), elementwise passes, and TP all-reduces (EP
 all-to-all for MoE layers). Per step: the LM head and fixed overheads. Pipeline parallelism
-splits the batch into ``m`` micro-batches over ``pp`` stages: ``(m + pp - 1)`` bottleneck-stage
-times plus the stage-to-stage sends (GPipe, Huang et al. 2019).
+splits the running batch into ``m = min(pp, sequences)`` micro-batches kept in flight, as vLLM
+v1's batch queue (``v1/engine/core.py`` ``step_with_batch_queue``) and TensorRT-LLM's in-flight
+micro-batches run them: in steady state a new micro-batch enters the first stage as the last
+one leaves it, so every sequence advances one token per ``pp`` bottleneck-stage times plus
+``pp - 1`` stage-to-stage sends, with no per-step fill-and-drain bubble.
 
 Every operator is affine in the decode context ``C`` (FLOPs and bytes are ``x0 + x1*C``), so a
 pure-decode stretch has a step time ``a + b*C`` until some operator's bound flips or a sliding
@@ -169,16 +172,19 @@ class RooflineModel:
         return max(1, min(self.par.pp, seqs))
 
     def _pipeline_factor(self, batch: StepBatch) -> float:
-        """Bottleneck-stage times per step: (m + pp - 1) for m micro-batches."""
-        return float(self._microbatches(batch) + self.par.pp - 1)
+        """Bottleneck-stage times per step: ``pp``. The ``m`` micro-batches are in flight at
+        once (one per stage), so a step (every sequence one token further) takes one pass of a
+        micro-batch through the ``pp`` stages, whatever ``m``; a lone sequence pays the same."""
+        return float(self.par.pp)
 
     def _pipeline_sends(self, batch: StepBatch) -> float:
+        """The ``pp - 1`` stage-to-stage sends of one micro-batch's pass."""
         if self.par.pp == 1:
             return 0.0
         m = self._microbatches(batch)
         activation = batch.num_tokens / m * self.spec.hidden_size * ACT_BYTES
         group = self.par.tp * self.par.pp
-        return (m + self.par.pp - 2) * p2p_s(activation, self.gpu, self.eff, group_size=group)
+        return (self.par.pp - 1) * p2p_s(activation, self.gpu, self.eff, group_size=group)
 
     def _window_range(self, num_seqs: int, context_tokens: int) -> tuple[float, float]:
         """The context range around ``context_tokens`` in which no sliding window saturates
