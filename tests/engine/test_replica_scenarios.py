@@ -67,6 +67,7 @@ def _replica(
     scheduler: str = "continuous",
     kv_block_bytes: float = 0.0,
     num_scheduler_steps: int = 1,
+    waiting: WaitingQueue | None = None,
 ) -> Replica:
     """A replica with requests ``0..n-1`` known to it (none queued yet: see ``add_request``)."""
     n = len(prompts)
@@ -91,7 +92,7 @@ def _replica(
         _model(),
         records,
         np.array(prompts, dtype=np.int64),
-        WaitingQueue("fcfs", None),
+        waiting if waiting is not None else WaitingQueue("fcfs", None),
         ItlHistogram(),
         StepTrace(num_blocks),
     )
@@ -455,9 +456,9 @@ def test_multi_step_admits_new_prompts_only_between_blocks() -> None:
 def _three_running_then_short(policy: str) -> Replica:
     """Request 1 (priority 5) is admitted first, then 0 (priority 0) and 2 (priority 1); at
     the next block boundary of 0 and 2 the 5-block pool has one block for two crossings."""
-    replica = _replica([4, 4, 4], [12, 12, 12], block_size=4, num_blocks=5)
     keys = np.array([0.0, 5.0, 1.0])
-    replica.waiting = WaitingQueue(policy, keys if policy == "priority" else None)
+    waiting = WaitingQueue(policy, keys if policy == "priority" else None)
+    replica = _replica([4, 4, 4], [12, 12, 12], block_size=4, num_blocks=5, waiting=waiting)
     replica.add_request(1)
     replica.step()  # 1's prompt
     replica.add_request(0)

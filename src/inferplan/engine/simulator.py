@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
-from inferplan.engine.replica import WHOLE_PROMPT_SCHEDULERS, Replica, SchedulerConfig
+from inferplan.engine.replica import Replica, SchedulerConfig
+from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.histogram import ItlHistogram
@@ -89,7 +90,9 @@ class Simulation:
         if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
             raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
         budget = cfg.scheduler.max_num_batched_tokens
-        if cfg.scheduler.scheduler == "prefill_first" and budget < cfg.max_model_len:
+        self.scheduler_kind = SCHEDULERS[cfg.scheduler.scheduler]
+        kind = self.scheduler_kind
+        if kind.whole_prompts and kind.can_preempt and budget < cfg.max_model_len:
             raise InferplanError(
                 f"--max-num-batched-tokens {budget} is below --max-model-len "
                 f"{cfg.max_model_len}: without chunked prefill (prefill-first, as vLLM V0 "
@@ -160,8 +163,7 @@ class Simulation:
         # prefill-first scheduler) is refused, as the engine refuses one over its token budget;
         # so is a request whose KV can never fit the replica's pool, even alone.
         unschedulable = (
-            scheduler.scheduler in WHOLE_PROMPT_SCHEDULERS
-            and prompt > scheduler.max_num_batched_tokens
+            self.scheduler_kind.whole_prompts and prompt > scheduler.max_num_batched_tokens
         ) or self._kv_blocks_at_end(prompt, total - prompt) > scheduler.num_blocks
         if total > self.cfg.max_model_len or unschedulable:
             rec.status[rid] = int(RequestStatus.REJECTED)
@@ -179,17 +181,18 @@ class Simulation:
         """Pool blocks a request holds at its largest: its whole prompt + output where
         admission reserves them (static batching, TensorRT-LLM), else the KV of every token
         but the last sampled one."""
-        reserves_all = self.cfg.scheduler.scheduler in ("static", "trtllm")
+        reserves_all = self.scheduler_kind.reserves_whole_request
         return self.pool.blocks_for_one(prompt + output - (0 if reserves_all else 1))
 
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
         preemption steps that end them, until a finish, an arrival or a batch change."""
-        if self.cfg.exact or not replica.can_stretch():
+        stretches = replica.stretches
+        if self.cfg.exact or not stretches.can_stretch():
             replica.step()
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
-        # its own (``Replica._victim_row``), so those steps go through the general path.
+        # its own (``Scheduler.victim_row``), so those steps go through the general path.
         chain = (
             replica.cfg.preemption_mode == "recompute" and self.cfg.scheduling_policy != "priority"
         )
@@ -202,15 +205,15 @@ class Simulation:
         if next_arrival_s < math.inf:
             next_arrival_s -= same_time_s(next_arrival_s)
         while True:
-            k, a, b, pool_bound = replica.stretch_steps(next_arrival_s)
+            k, a, b, pool_bound = stretches.stretch_steps(next_arrival_s)
             if k > 0:
-                replica.advance_decode(k, a, b)
+                stretches.advance_decode(k, a, b)
             if not (pool_bound and chain):
                 if k == 0:
                     replica.step()
                 return
-            replica.preempting_decode_step()
-            if replica.on_finish or replica.now >= next_arrival_s or not replica.can_stretch():
+            stretches.preempting_decode_step()
+            if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
 
     def _collect(self, replica: Replica) -> int:

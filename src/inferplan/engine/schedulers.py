@@ -1,0 +1,367 @@
+"""Schedulers: which tokens of which requests the next step runs, one class per engine.
+
+Each scheduler has one verb, ``schedule(now) -> StepDecision``: it reads the replica's running
+set, waiting queue, swapped-out requests and block pool (the same objects the replica holds, as
+vLLM v1's scheduler holds its KV manager), allocates the step's blocks, preempts and admits, and
+returns the tokens per running row as plain data. It owns no clock and times nothing; the
+replica runs the decision. Admission is defined once (``head_chunk``): the waiting pass uses it,
+and so does the closed-form stretch (``head_can_join``) when it asks whether the queue head
+could join the batch before the next event.
+
+- ``Scheduler``: vLLM v1 (``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``). Running
+  pass in admission order: each request gets ``num_tokens - num_computed`` tokens capped by the
+  budget and the blocks ``blocks_for(computed + new) - held``; when the pool cannot supply them,
+  victims are preempted (the last admitted; under the priority policy the largest (priority,
+  arrival)) until the request fits or is itself the victim. Recompute frees the victim's blocks
+  and puts it at the head of the queue; swap (vLLM V0; v1 never swaps) moves its KV to host.
+  Waiting pass only if nothing was preempted: swapped-out requests first, then the queue head
+  while the budget lasts, ``max_num_seqs`` allows and its first chunk's blocks fit; a head that
+  does not fit blocks those behind it.
+- ``StaticScheduler``: request-level batching: a new batch only when nothing runs, each request
+  reserving its whole prompt + output, so nothing is preempted.
+- ``TrtllmScheduler``: TensorRT-LLM's GUARANTEED_NO_EVICT (``capacityScheduler.cpp``,
+  ``microBatchScheduler.cpp``): admits in arrival order only if the whole prompt + output fits
+  beside what every running request still needs; no chunked context, so a prompt is scheduled
+  whole or waits for a step with enough budget. Contexts and generations share a step.
+- ``PrefillFirstScheduler``: vLLM V0 without chunked prefill: when the queue head's whole prompt
+  fits the budget, ``max_num_seqs`` and the pool, a step runs only new prompts (as many as fit)
+  and running requests wait; otherwise every running request decodes. With
+  ``num_scheduler_steps`` k > 1 (V0 multi-step) a decode batch runs k steps before the
+  scheduler looks at the queue again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.running import RunningSet
+from inferplan.memory.blockpool import BlockPool
+from inferplan.metrics.records import RequestRecords
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import SchedulerConfig
+
+IntArray = npt.NDArray[np.int64]
+Swapped = deque[tuple[int, int, int, int]]  # id, computed, tokens, held blocks
+
+
+@dataclass
+class StepDecision:
+    """What the scheduler decided for one step."""
+
+    sched: IntArray  # tokens per running row, in running order
+    swap_s: float = 0.0  # host-link time of swaps out and in
+    preempted: bool = False
+    prefill_only: bool = False  # a prefill-first step of new prompts
+
+
+class Scheduler:
+    """vLLM v1's scheduler (see the module docstring); the other engines override its hooks."""
+
+    whole_prompts = False  # prompts are never chunked (scheduled whole or not at all)
+    reserves_whole_request = False  # admission reserves prompt + output for the whole run
+    can_preempt = True
+    counts_idle_slots = False  # static batching: slots of finished batch members stay idle
+    vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
+
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        running: RunningSet,
+        waiting: WaitingQueue,
+        swapped: Swapped,
+        pool: BlockPool,
+        records: RequestRecords,
+        prompt_tokens: IntArray,
+    ) -> None:
+        self.cfg, self.running, self.waiting, self.swapped = cfg, running, waiting, swapped
+        self.pool, self.records, self.prompt_tokens = pool, records, prompt_tokens
+        self.target_tokens = records.requested_tokens
+
+    # ---- the verb -----------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepDecision:
+        decision = self.schedule_running()
+        if not decision.preempted:
+            decision = self.schedule_waiting(decision, now, admit=True)
+        return decision
+
+    # ---- admission, defined once ------------------------------------------------------------
+
+    def available_blocks(self, *, after_decode_step: bool = False) -> int:
+        """Blocks an admission may take now, or after the running rows decode one step."""
+        if after_decode_step:
+            return self.pool.free - int(self.pool.crossing_cost(self.running.num_computed).sum())
+        return self.pool.free
+
+    def admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
+        """Blocks admitting the request takes from ``available_blocks``: its first chunk's."""
+        return self.pool.blocks_for_one(chunk)
+
+    def head_chunk(self, budget: int, available: int) -> int | None:
+        """The queue head's first chunk if it can be admitted with ``budget`` tokens and
+        ``available`` blocks, else None: THE admission test."""
+        rid, tokens = self.waiting.peek()
+        if self.whole_prompts and tokens > budget:
+            return None  # no chunked prefill: the prompt waits for a step with the budget
+        chunk = min(tokens, budget)
+        return chunk if self.admission_blocks(rid, tokens, chunk) <= available else None
+
+    def head_can_join(self) -> bool:
+        """Whether the queue head could join the current all-decode batch at its next step
+        (the closed-form stretch runs only while it cannot)."""
+        run = self.running
+        if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
+            return False
+        leftover = self.cfg.max_num_batched_tokens - len(run)
+        if leftover <= 0:
+            return False
+        return self.head_chunk(leftover, self.available_blocks(after_decode_step=True)) is not None
+
+    def steps_to_scheduling_point(self) -> int | None:
+        """Decode steps before the scheduler next looks at the queue (None: every step)."""
+        return None
+
+    def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
+        """The replica ran ``num_steps`` steps of a decision (multi-step bookkeeping)."""
+
+    def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
+        """The waiting pass over the queue: admit its head while the budget lasts,
+        ``max_num_seqs`` allows and ``head_chunk`` says it fits; append each chunk to
+        ``sched``."""
+        run, waiting, pool = self.running, self.waiting, self.pool
+        while len(waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
+            chunk = self.head_chunk(budget, self.available_blocks())
+            if chunk is None:
+                break
+            rid, tokens = waiting.peek()
+            waiting.pop()
+            held = pool.blocks_for_one(chunk)
+            pool.free -= held
+            if math.isnan(self.records.first_scheduled_s[rid]):
+                self.records.first_scheduled_s[rid] = now
+            generated = int(tokens - self.prompt_tokens[rid])
+            run.append(rid, 0, tokens, generated, int(self.target_tokens[rid]), held, now)
+            sched.append(chunk)
+            budget -= chunk
+
+    # ---- running pass -----------------------------------------------------------------------
+
+    def schedule_running(self) -> StepDecision:
+        run, pool = self.running, self.pool
+        need = run.num_tokens - run.num_computed
+        cum = np.cumsum(need)
+        sched = np.minimum(need, np.maximum(self.cfg.max_num_batched_tokens - (cum - need), 0))
+        new_blocks = np.maximum(pool.blocks_for(run.num_computed + sched) - run.held_blocks, 0)
+        if int(new_blocks.sum()) <= pool.free:
+            pool.free -= int(new_blocks.sum())
+            run.held_blocks = run.held_blocks + new_blocks
+            return StepDecision(sched)
+        return self._schedule_running_with_preemption()
+
+    def _schedule_running_with_preemption(self) -> StepDecision:
+        """The running pass when the pool runs short: rows are granted in order; at the first
+        row that does not fit, victims are preempted until it fits or is itself the victim
+        (vLLM v1), then the pass goes on from the next row. A victim granted earlier in this
+        pass gives its tokens back to the budget (vLLM's priority policy can pick one)."""
+        run, pool = self.running, self.pool
+        budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
+        granted_tokens = np.zeros(len(run), dtype=np.int64)
+        while start < len(run) and budget > 0:
+            need = run.num_tokens[start:] - run.num_computed[start:]
+            cum = np.cumsum(need)
+            sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
+            new_blocks = np.maximum(
+                pool.blocks_for(run.num_computed[start:] + sched) - run.held_blocks[start:], 0
+            )
+            failing = np.flatnonzero(np.cumsum(new_blocks) > pool.free)
+            granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
+            pool.free -= int(new_blocks[:granted].sum())
+            run.held_blocks[start : start + granted] += new_blocks[:granted]
+            granted_tokens[start : start + granted] = sched[:granted]
+            budget -= int(sched[:granted].sum())
+            if granted == len(new_blocks):
+                break
+            row, needed, tokens = start + granted, int(new_blocks[granted]), int(sched[granted])
+            while needed > pool.free:
+                victim = self.victim_row()
+                swap_s += self.preempt(victim)
+                budget += int(granted_tokens[victim])
+                granted_tokens = np.delete(granted_tokens, victim)
+                if victim == row:  # the request itself: the running pass ends here
+                    granted_tokens[row:] = 0
+                    return StepDecision(granted_tokens, swap_s=swap_s, preempted=True)
+                row -= victim < row
+            pool.free -= needed
+            run.held_blocks[row] += needed
+            granted_tokens[row] = tokens
+            budget -= tokens
+            start = row + 1
+        return StepDecision(granted_tokens, swap_s=swap_s, preempted=True)
+
+    def victim_row(self) -> int:
+        """The running row to preempt: the last admitted (vLLM v1), or under the priority
+        policy the largest (priority, arrival) (``Scheduler.schedule``, priority branch)."""
+        run, keys = self.running, self.waiting.keys
+        if self.waiting.policy != "priority" or keys is None:
+            return len(run) - 1
+        ranks = keys[run.ids]
+        worst = np.flatnonzero(ranks == ranks.max())  # ties: the latest arrival (largest id)
+        return int(worst[np.argmax(run.ids[worst])])
+
+    def preempt(self, row: int) -> float:
+        """Preempt the running request at ``row``; the seconds its swap-out takes."""
+        rid, computed, tokens, held = self.running.pop(row)
+        self.pool.free += held
+        self.records.num_preemptions[rid] += 1
+        if self.cfg.preemption_mode == "swap":
+            self.swapped.appendleft((rid, computed, tokens, held))
+            moved = held * self.cfg.kv_block_bytes
+            self.records.swapped_bytes[rid] += int(moved)
+            return moved / self.cfg.host_link_bytes_s
+        self.records.recomputed_tokens[rid] += computed
+        self.waiting.push_front(rid, num_tokens=tokens)
+        return 0.0
+
+    # ---- waiting pass -----------------------------------------------------------------------
+
+    def schedule_waiting(self, decision: StepDecision, now: float, *, admit: bool) -> StepDecision:
+        """Swapped-out requests first, then (if ``admit``) the queue."""
+        cfg, run, pool = self.cfg, self.running, self.pool
+        budget = cfg.max_num_batched_tokens - int(decision.sched.sum())
+        sched = list(decision.sched)
+        swap_s = decision.swap_s
+        while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
+            rid, computed, tokens, held = self.swapped[0]
+            n = min(tokens - computed, budget)
+            blocks = max(pool.blocks_for_one(computed + n), held)
+            if blocks > pool.free:
+                break
+            self.swapped.popleft()
+            pool.free -= blocks
+            generated = int(tokens - self.prompt_tokens[rid])
+            run.append(rid, computed, tokens, generated, int(self.target_tokens[rid]), blocks, now)
+            sched.append(n)
+            budget -= n
+            swap_s += held * cfg.kv_block_bytes / cfg.host_link_bytes_s
+            self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
+        if admit:
+            self.admit_waiting(budget, sched, now)
+        return StepDecision(np.array(sched, dtype=np.int64), swap_s=swap_s)
+
+
+class _ReservingScheduler(Scheduler):
+    """Admission reserves each request's whole prompt + output beside what every running
+    request still needs to finish, so the pool never runs short and nothing is preempted."""
+
+    reserves_whole_request = True
+    can_preempt = False
+
+    def available_blocks(self, *, after_decode_step: bool = False) -> int:
+        # A decode step moves blocks from the free pool into rows' reservations: no change.
+        run = self.running
+        ends = self.prompt_tokens[run.ids] + run.target
+        reserved = int((self.pool.blocks_for(ends) - run.held_blocks).sum())
+        return self.pool.free - reserved
+
+    def admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
+        return self.pool.blocks_for_one(int(self.prompt_tokens[rid] + self.target_tokens[rid]))
+
+
+class StaticScheduler(_ReservingScheduler):
+    """Request-level batching: a new batch only when nothing runs."""
+
+    counts_idle_slots = True
+    vector_step = False
+
+    def schedule(self, now: float) -> StepDecision:
+        decision = self.schedule_running()
+        admit = not decision.preempted and not len(self.running)
+        return self.schedule_waiting(decision, now, admit=admit)
+
+    def head_can_join(self) -> bool:
+        return not len(self.running) and super().head_can_join()
+
+
+class TrtllmScheduler(_ReservingScheduler):
+    """TensorRT-LLM GUARANTEED_NO_EVICT without chunked context."""
+
+    whole_prompts = True
+    vector_step = False
+
+
+class PrefillFirstScheduler(Scheduler):
+    """vLLM V0 without chunked prefill, with optional multi-step decode blocks."""
+
+    whole_prompts = True
+    vector_step = False
+
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        running: RunningSet,
+        waiting: WaitingQueue,
+        swapped: Swapped,
+        pool: BlockPool,
+        records: RequestRecords,
+        prompt_tokens: IntArray,
+    ) -> None:
+        super().__init__(cfg, running, waiting, swapped, pool, records, prompt_tokens)
+        # Decode steps since the scheduler last looked at the queue, modulo
+        # num_scheduler_steps (0: the next step is a scheduling point).
+        self.decode_phase = 0
+
+    def schedule(self, now: float) -> StepDecision:
+        prefill = self._prefill_only(now)
+        if prefill is not None:
+            return prefill
+        decision = self.schedule_running()
+        if decision.preempted:
+            return decision
+        return self.schedule_waiting(decision, now, admit=False)  # admission: own steps only
+
+    def _prefill_only(self, now: float) -> StepDecision | None:
+        """A step of whole new prompts while running requests wait, or None when this step
+        decodes: inside a multi-step block, or the queue head cannot be admitted now."""
+        if self.swapped or (self.decode_phase and len(self.running)):
+            return None  # an emptied batch ends its block early
+        sched = [0] * len(self.running)
+        self.admit_waiting(self.cfg.max_num_batched_tokens, sched, now)
+        if not any(sched):
+            return None
+        return StepDecision(np.array(sched, dtype=np.int64), prefill_only=True)
+
+    def _head_fits_prefill_step(self) -> bool:
+        """The queue head's whole prompt fits a prefill step now (the whole budget, the free
+        pool; the pool only shrinks while decoding)."""
+        if len(self.running) >= self.cfg.max_num_seqs or self.swapped:
+            return False
+        return self.head_chunk(self.cfg.max_num_batched_tokens, self.pool.free) is not None
+
+    def head_can_join(self) -> bool:
+        # Inside a multi-step block every step decodes (the stretch stops at the block's end).
+        return bool(len(self.waiting)) and self.decode_phase == 0 and self._head_fits_prefill_step()
+
+    def steps_to_scheduling_point(self) -> int | None:
+        if not len(self.waiting) or self.decode_phase == 0 or not self._head_fits_prefill_step():
+            return None
+        return self.cfg.num_scheduler_steps - self.decode_phase
+
+    def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
+        steps = self.cfg.num_scheduler_steps
+        self.decode_phase = 0 if prefill_only else (self.decode_phase + num_steps) % steps
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {
+    "continuous": Scheduler,
+    "static": StaticScheduler,
+    "trtllm": TrtllmScheduler,
+    "prefill_first": PrefillFirstScheduler,
+}
