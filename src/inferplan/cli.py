@@ -164,7 +164,11 @@ def roofline(
     "multi-step; new prompts wait for the block's end)",
 )
 @click.option(
-    "--preemption-mode", type=click.Choice(PREEMPTION_MODES), default="recompute", show_default=True
+    "--preemption-mode",
+    type=click.Choice(PREEMPTION_MODES),
+    default="recompute",
+    show_default=True,
+    help="swap: vLLM V0 only (--scheduler prefill-first); vLLM v1 recomputes",
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
 @click.option(

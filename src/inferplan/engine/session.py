@@ -46,6 +46,13 @@ class ServingOptions:
                 f"simulate supports {', '.join(ENGINE_SCHEDULERS)} "
                 "(memory and roofline accept every engine)"
             )
+        if self.preemption_mode == "swap" and self.scheduler != "prefill-first":
+            # vLLM v1 preempts by recompute only; TensorRT-LLM's GUARANTEED_NO_EVICT and static
+            # batching never preempt. vLLM V0 (emulated by prefill-first) swaps to host memory.
+            raise InferplanError(
+                "--preemption-mode swap: only vLLM V0 swaps (--scheduler prefill-first); vLLM v1 "
+                "preempts by recompute, TensorRT-LLM and static batching never preempt"
+            )
         if self.num_scheduler_steps < 1:
             raise InferplanError(
                 f"--num-scheduler-steps: must be >= 1, got {self.num_scheduler_steps}"
