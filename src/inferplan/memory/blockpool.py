@@ -107,7 +107,13 @@ class BlockPool:
         return held
 
     def blocks_for_one(self, tokens: int) -> int:
-        return int(self.blocks_for(np.array([tokens], dtype=np.int64))[0])
+        blocks = -(-tokens // self.block_size)
+        if self.is_uniform:
+            return blocks
+        return sum(
+            g.cost * (blocks if g.max_blocks is None else min(blocks, g.max_blocks))
+            for g in self.groups
+        )
 
     def crossing_cost(self, computed: IntArray) -> IntArray:
         """Pool blocks the next token of each sequence takes (0 unless it starts a block)."""
