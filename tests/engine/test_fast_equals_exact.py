@@ -301,6 +301,26 @@ def test_fast_mode_takes_far_fewer_loop_iterations_than_steps() -> None:
     assert calls * 5 < res.num_steps
 
 
+@pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
+def test_preempting_runs_still_stretch(preemption_mode: str) -> None:
+    """Under preemption (recompute or swap) the fast run still advances many steps per loop
+    iteration: the preemption step is vectorised and a batch with requests swapped out
+    stretches while none of them can come back."""
+    case = Case(**{**BASE.__dict__, "preemption_mode": preemption_mode, "max_output": 2000})
+    plan, model = _plan_and_model()
+    wl = _workload(case)
+    sim = Simulation(wl, _config(case, wl, plan, exact=False), model)
+    calls = 0
+
+    def count(_replica: object) -> None:
+        nonlocal calls
+        calls += 1
+
+    res = sim.run(check=count)
+    assert res.records.num_preemptions.sum() > 0
+    assert calls * 3 < res.num_steps
+
+
 @pytest.mark.parametrize(
     ("model_name", "gpu", "pp"),
     [

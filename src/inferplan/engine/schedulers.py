@@ -114,16 +114,26 @@ class Scheduler:
         chunk = min(tokens, budget)
         return chunk if self.admission_blocks(rid, tokens, chunk) <= available else None
 
+    def swapped_head_fits(self, budget: int, available: int) -> bool:
+        """The first swapped-out request can come back with ``budget`` tokens and
+        ``available`` blocks (its KV returns whole, plus what its next chunk needs)."""
+        _, computed, tokens, held = self.swapped[0]
+        chunk = min(tokens - computed, budget)
+        return max(self.pool.blocks_for_one(computed + chunk), held) <= available
+
     def head_can_join(self) -> bool:
-        """Whether the queue head could join the current all-decode batch at its next step
-        (the closed-form stretch runs only while it cannot)."""
+        """Whether a swapped-out request or the queue head could join the current all-decode
+        batch at its next step (the closed-form stretch runs only while neither can)."""
         run = self.running
-        if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
+        if not (self.swapped or len(self.waiting)) or len(run) >= self.cfg.max_num_seqs:
             return False
         leftover = self.cfg.max_num_batched_tokens - len(run)
         if leftover <= 0:
             return False
-        return self.head_chunk(leftover, self.available_blocks(after_decode_step=True)) is not None
+        available = self.available_blocks(after_decode_step=True)
+        if self.swapped and self.swapped_head_fits(leftover, available):
+            return True
+        return bool(len(self.waiting)) and self.head_chunk(leftover, available) is not None
 
     def steps_to_scheduling_point(self) -> int | None:
         """Decode steps before the scheduler next looks at the queue (None: every step)."""
@@ -239,12 +249,11 @@ class Scheduler:
         sched = list(decision.sched)
         swap_s = decision.swap_s
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
-            rid, computed, tokens, held = self.swapped[0]
+            if not self.swapped_head_fits(budget, pool.free):
+                break
+            rid, computed, tokens, held = self.swapped.popleft()
             n = min(tokens - computed, budget)
             blocks = max(pool.blocks_for_one(computed + n), held)
-            if blocks > pool.free:
-                break
-            self.swapped.popleft()
             pool.free -= blocks
             generated = int(tokens - self.prompt_tokens[rid])
             run.append(rid, computed, tokens, generated, int(self.target_tokens[rid]), blocks, now)
@@ -346,6 +355,11 @@ class PrefillFirstScheduler(Scheduler):
         return self.head_chunk(self.cfg.max_num_batched_tokens, self.pool.free) is not None
 
     def head_can_join(self) -> bool:
+        if self.swapped:  # decode steps bring them back; prompts wait until none is out
+            return super().head_can_join() and self.swapped_head_fits(
+                self.cfg.max_num_batched_tokens - len(self.running),
+                self.available_blocks(after_decode_step=True),
+            )
         # Inside a multi-step block every step decodes (the stretch stops at the block's end).
         return bool(len(self.waiting)) and self.decode_phase == 0 and self._head_fits_prefill_step()
 

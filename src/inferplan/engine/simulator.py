@@ -193,9 +193,7 @@ class Simulation:
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
-        chain = (
-            replica.cfg.preemption_mode == "recompute" and self.cfg.scheduling_policy != "priority"
-        )
+        chain = self.cfg.scheduling_policy != "priority"
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             # Another replica's finish may release a held request at its clock or later: a
             # stretch must not run past the point where that replica stands.

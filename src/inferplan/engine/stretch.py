@@ -30,7 +30,7 @@ class DecodeStretches:
         own admission test says so)."""
         r = self.replica
         n = len(r.running)
-        if n == 0 or n > r.cfg.max_num_batched_tokens or r.swapped:
+        if n == 0 or n > r.cfg.max_num_batched_tokens:
             return False
         return r.is_decoding() and not r.scheduler.head_can_join()
 
@@ -135,11 +135,11 @@ class DecodeStretches:
 
     def preempting_decode_step(self) -> None:
         """The step a pure-decode batch takes when the pool cannot give every sequence crossing
-        a block boundary its new block (recompute preemption), in vector form: the running pass
-        pops the last-admitted requests until the rest fit. Popping is lazy and both sides only
-        move one way, so the number of victims is the smallest ``p`` with
+        a block boundary its new block, in vector form: the running pass pops the last-admitted
+        requests until the rest fit. Popping is lazy and both sides only move one way, so the
+        number of victims is the smallest ``p`` with
         ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
-        in a step that preempted (vLLM v1)."""
+        in a step that preempted (vLLM v1); swapping victims out adds its time to the step."""
         r = self.replica
         run = r.running
         need = r.pool.crossing_cost(run.num_computed)
@@ -148,11 +148,14 @@ class DecodeStretches:
         n = len(run)
         fits = cum_need[n - np.arange(n + 1)] <= r.pool.free + held_tail
         victims = int(np.argmax(fits))
+        swap_s = 0.0
         for _ in range(victims):
-            r.scheduler.preempt(len(run) - 1)
+            swap_s += r.scheduler.preempt(len(run) - 1)
         if len(run):  # the rest decode one token each: a one-step stretch
             a, b, _ = r.model.decode_line(len(run), int((run.num_computed + 1).sum()))
-            self.advance_decode(1, a, b)
+            self.advance_decode(1, a + swap_s, b)
+        else:  # nothing left to run: the step is only the swap-out
+            r.now += swap_s
 
 
 def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap: int) -> int:
