@@ -27,6 +27,7 @@ from inferplan.specs.kv import kv_bytes_per_token, kv_values_per_token, sequence
 from inferplan.specs.model import AttentionSpec, LayerGroup, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import ParamCounts, count_params
+from inferplan.specs.topology import Topology, check_layout, topology_for
 
 RUNTIME_RESERVE_BYTES = 0.5 * GIB
 COMM_RESERVE_BYTES = 0.5 * GIB
@@ -89,6 +90,7 @@ class MemoryPlan:
     kv_bytes_per_token: float  # whole model, one sequence, chosen KV dtype
     num_blocks: int  # per replica
     max_concurrent_seqs: dict[int, int]
+    topology: Topology  # nodes, scale-up domains and the links the parallel groups use
 
     @property
     def worst_stage(self) -> StagePlan:
@@ -208,9 +210,18 @@ def _max_concurrency(
     return out
 
 
-def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConfig) -> MemoryPlan:
-    """The memory plan of one replica of ``spec`` on ``gpu`` split as ``par``."""
+def plan_memory(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    par: Parallelism,
+    cfg: MemoryConfig,
+    topology: Topology | None = None,
+) -> MemoryPlan:
+    """The memory plan of one replica of ``spec`` on ``gpu`` split as ``par``; ``topology``
+    defaults to the catalog's nodes and links for ``gpu``."""
     check_sharding(spec, par)
+    topology = topology or topology_for(gpu)
+    check_layout(topology, par)
     fmt = weight_formats_for(spec, cfg.quantization)
     kv = kv_format(cfg.kv_cache_dtype, model_dtype=spec.dtype)
     max_model_len = cfg.max_model_len or spec.max_position_embeddings
@@ -234,6 +245,7 @@ def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConf
             context: seqs * par.attention_dp
             for context, seqs in _max_concurrency(stages, spec, par, cfg, kv, contexts).items()
         },
+        topology=topology,
     )
 
 
