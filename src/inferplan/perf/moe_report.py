@@ -10,14 +10,17 @@ rank every MoE layer waits for. The imbalance ratio is TensorRT-LLM's
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from inferplan.memory.plan import MemoryPlan
-from inferplan.perf.moe import Routing
+from inferplan.memory.plan import MemoryPlan, plan_memory
+from inferplan.perf.moe import Routing, rank_table
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.relocation import relocation_s, survivor_redundant_experts
 from inferplan.perf.roofline import RooflineModel
+from inferplan.specs.model import FfnSpec
 from inferplan.specs.params import expert_params
 
 
@@ -85,4 +88,86 @@ def expert_parallel_report(model: StepTimeModel, plan: MemoryPlan) -> dict[str, 
         "mean_experts_time_s": float(times.mean()),
         "max_experts_time_s": float(times.max()),
         "ranks": ranks,
+        "rebalance_from_linear_s": _rebalance_s(roofline, plan, ffn, expert_bytes),
+        "device_loss": _device_loss(roofline, plan, ffn, tokens, expert_bytes, layers, times),
+    }
+
+
+def _rebalance_s(
+    roofline: RooflineModel, plan: MemoryPlan, ffn: FfnSpec, expert_bytes: float
+) -> float:
+    """Weight-transfer time to go from the load-oblivious linear start to this placement."""
+    par = plan.parallelism
+    start = rank_table(
+        Routing(roofline.routing.zipf_exponent, roofline.routing.expert_loads, "linear"),
+        ffn.num_experts,
+        ffn.num_experts_per_tok,
+        par.ep,
+    )
+    current = roofline.expert_table(ffn)
+    return relocation_s(
+        start.hosted.astype(np.int64),
+        current.hosted.astype(np.int64),
+        expert_bytes,
+        plan.topology,
+        link_efficiency=roofline.eff.collective_bandwidth,
+    )
+
+
+def _device_loss(
+    roofline: RooflineModel,
+    plan: MemoryPlan,
+    ffn: FfnSpec,
+    tokens: float,
+    expert_bytes: float,
+    layers: int,
+    times: np.ndarray,
+) -> dict[str, Any] | None:
+    """The replica after losing the attention rank that holds the slowest EP rank: survivors
+    re-place the experts with EPLB (with the same traffic) and keep serving."""
+    par = plan.parallelism
+    if par.attention_dp < 2 or par.pp > 1:
+        return None  # the replica is gone with the GPU: no degraded mode to state
+    lost = int(np.argmax(times)) // par.tp
+    survivors = [r for r in range(par.ep) if r // par.tp != lost]
+    table = roofline.expert_table(ffn)
+    slots = int(table.hosted.sum(axis=1).max())
+    redundant = survivor_redundant_experts(ffn.num_experts, slots, len(survivors))
+    degraded_par = replace(par, dp=par.dp - 1, num_redundant_experts=redundant)
+    degraded_plan = plan_memory(plan.spec, plan.gpu, degraded_par, plan.config, plan.topology)
+    degraded = RooflineModel(
+        plan.spec,
+        plan.gpu,
+        degraded_par,
+        plan.weight_formats,
+        plan.kv_format,
+        roofline.eff,
+        routing=replace(roofline.routing, placement="eplb"),
+        topology=plan.topology,
+    )
+    after = degraded.expert_table(ffn)
+    compute, memory = degraded.expert_rank_times(ffn, tokens)
+    return {
+        "lost_attention_rank": lost,
+        "lost_gpus": par.tp,
+        "surviving_ep_ranks": len(survivors),
+        "slots_per_rank_after": int(after.hosted.sum(axis=1).max()),
+        "experts_without_a_surviving_copy": int(
+            (
+                table.hosted[[r for r in range(par.ep) if r not in survivors]].any(axis=0)
+                & ~table.hosted[survivors].any(axis=0)
+            ).sum()
+        ),
+        "max_load_share_after": float(after.assignment_share.max()),
+        "max_experts_time_s_after": float(np.maximum(compute, memory).max() * layers),
+        "kv_capacity_tokens_before": plan.kv_capacity_tokens,
+        "kv_capacity_tokens_after": degraded_plan.kv_capacity_tokens,
+        "relocation_s": relocation_s(
+            table.hosted[survivors].astype(np.int64),
+            after.hosted.astype(np.int64),
+            expert_bytes,
+            plan.topology,
+            link_efficiency=roofline.eff.collective_bandwidth,
+            rank_ids=survivors,
+        ),
     }
