@@ -3,6 +3,8 @@ rank of a DP-attention + EP replica is lost."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,7 @@ def test_survivors_keep_their_slots_while_redundant_copies_leave_room() -> None:
     assert survivor_redundant_experts(256, 36, 7) == 37 * 7 - 256  # 252 < 256: 37 slots each
 
 
-def _report(dp: int, placement: str, redundant: int) -> dict[str, object]:
+def _report(dp: int, placement: str, redundant: int) -> dict[str, Any]:
     plan = build_memory_plan(
         "DeepSeek-R1",
         "h200",
