@@ -1,9 +1,10 @@
 """Per-rank view of an expert-parallel replica: both axes, rank by rank.
 
-For each EP rank: where it sits (node), what it holds (experts, their weight bytes, its KV), what
-it carries (share of the token-expert assignments, probability that a token is dispatched to
-it) and how long its routed experts take in a full step of ``max_num_batched_tokens`` per
-attention rank, with the bound. Mean against max is the point: an average utilisation hides the
+For each EP rank: where it sits (node), what it holds (experts and all weights, its KV, the
+sequences of max-model-len its attention rank fits), what it carries (share of the token-expert
+assignments, probability that a token is dispatched to it) and how long its routed experts take
+in a full step of ``max_num_batched_tokens`` per attention rank, with the bound. KV is the
+plan's, sized for the fullest rank (a rank holding one expert fewer would fit a little more). Mean against max is the point: an average utilisation hides the
 rank every MoE layer waits for. The imbalance ratio is TensorRT-LLM's
 ``(max - mean) / mean`` of per-rank routed tokens (their large-EP blog, Table 1).
 """
@@ -59,13 +60,20 @@ def expert_parallel_report(model: StepTimeModel, plan: MemoryPlan) -> dict[str, 
     )
     popularity = roofline.routing.popularity(ffn.num_experts)
     inner = plan.topology.inner_size(par.ep)
+    # The plan stores the fullest rank's slots; a rank with fewer (E mod ep) holds less.
+    heaviest = max(stage.weights.total_bytes for stage in plan.stages)
+    weights = heaviest - (hosted.max() - hosted) * expert_bytes
+    # DP attention: each attention rank keeps its own sequences (tp EP ranks share them).
+    seqs = plan.max_concurrent_seqs.get(plan.max_model_len, 0) // par.attention_dp
     ranks = [
         {
             "rank": r,
             "node": r // inner,
             "experts_hosted": int(hosted[r]),
             "expert_weight_bytes": float(hosted[r] * expert_bytes),
+            "weights_bytes": float(weights[r]),
             "kv_bytes": max(plan.worst_stage.kv_bytes, 0.0),
+            "max_concurrent_seqs_at_max_model_len": seqs,
             "load_share": float(shares[r]),
             "dispatch_probability": float(table.hit_probability[r]),
             "experts_time_s": float(times[r]),
