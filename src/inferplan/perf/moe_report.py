@@ -4,9 +4,10 @@ For each EP rank: where it sits (node), what it holds (experts and all weights, 
 sequences of max-model-len its attention rank fits), what it carries (share of the token-expert
 assignments, probability that a token is dispatched to it) and how long its routed experts take
 in a full step of ``max_num_batched_tokens`` per attention rank, with the bound. KV is the
-plan's, sized for the fullest rank (a rank holding one expert fewer would fit a little more). Mean against max is the point: an average utilisation hides the
-rank every MoE layer waits for. The imbalance ratio is TensorRT-LLM's
-``(max - mean) / mean`` of per-rank routed tokens (their large-EP blog, Table 1).
+plan's, sized for the fullest rank (a rank holding one expert fewer would fit a little more).
+Mean against max is the point: an average utilisation hides the rank every MoE layer waits for.
+The imbalance ratio is TensorRT-LLM's ``(max - mean) / mean`` of per-rank routed tokens (their
+large-EP blog, Table 1).
 """
 
 from __future__ import annotations
