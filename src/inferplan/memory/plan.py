@@ -274,6 +274,13 @@ def check_sharding(spec: ModelSpec, par: Parallelism) -> None:
             )
     if par.enable_expert_parallel and not spec.is_moe:
         raise InferplanError(f"--enable-expert-parallel: {spec.name} has no experts")
+    moe = next((g.ffn for g in spec.layer_groups if g.ffn.kind != "dense"), None)
+    experts, redundant = (moe.num_experts if moe else 0), par.num_redundant_experts
+    if redundant and (experts + redundant) % par.ep:
+        raise InferplanError(
+            f"--num-redundant-experts {redundant}: {experts} experts + redundant copies must "
+            f"fill the {par.ep} expert-parallel ranks evenly (a multiple of {par.ep})"
+        )
 
 
 def _divisors(n: int) -> str:
