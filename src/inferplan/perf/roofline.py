@@ -401,6 +401,13 @@ class RooflineModel:
             self.par.num_redundant_experts if ep > 1 else 0,
         )
 
+    def expert_token_scale(self, ffn: FfnSpec) -> float:
+        """How many times its fair share of the picks the busiest EP rank gets (1 without EP):
+        a measured table's experts time, taken under uniform routing, is looked up at this
+        many times the step's tokens."""
+        table = self.expert_table(ffn)
+        return float(table.assignment_share.max() * table.num_ranks)
+
     def _experts(self, ffn: FfnSpec, tokens: float, count: int) -> tuple[Op, float]:
         """The routed experts on the slowest rank, and the largest per-rank dispatch
         probability. Cached per token count: the op does not depend on the context."""
