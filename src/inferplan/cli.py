@@ -33,6 +33,8 @@ from inferplan.memory.advice import does_not_fit_message
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import efficiency_for
+from inferplan.perf.expert_loads import class_token_shares
+from inferplan.perf.moe_report import expert_parallel_report
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.plan.benchresult import bench_runs
 from inferplan.plan.calibration import (
@@ -52,6 +54,7 @@ from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
 from inferplan.report.validation import calibration_table, validation_json, validation_tables
+from inferplan.specs.topology import topology_json
 
 
 @click.group(
@@ -140,6 +143,8 @@ def roofline(
             for b in int_list("--batch-sizes", batch_sizes)
         ],
         "compute_bound_batch_size": compute_bound_batch_size(step_model),
+        "topology": topology_json(plan.topology, plan.parallelism),
+        "expert_parallel": expert_parallel_report(step_model, plan),
     }
     _show(result, json_out, roofline_tables)
 
@@ -213,7 +218,12 @@ def simulate(
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
     )
-    step_model = deployment.step_model(plan, moe_skew=moe_skew)
+    tokens = requests.input_tokens + requests.output_tokens
+    step_model = deployment.step_model(
+        plan,
+        moe_skew=moe_skew,
+        class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
+    )
     percentiles = float_list("--metric-percentiles", metric_percentiles)
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         result = run_simulation(plan, step_model, requests, options, advance)
@@ -229,6 +239,7 @@ def simulate(
     summary["num_steps"] = result.num_steps
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
+    summary["expert_parallel"] = expert_parallel_report(step_model, plan)
     _show(summary, json_out, simulate_tables)
 
 

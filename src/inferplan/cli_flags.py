@@ -18,13 +18,15 @@ import click
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.efficiency import Efficiency, load_efficiency_file
+from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
-from inferplan.perf.moe import Routing
+from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import ENGINES, engine_defaults
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism
+from inferplan.specs.topology import topology_for
 from inferplan.workload import build_workload
 from inferplan.workload.request import Workload
 
@@ -44,6 +46,10 @@ def build_memory_plan(
     block_size: int | None,
     engine: str = "vllm",
     dp: int = 1,
+    *,
+    gpus_per_node: int | None = None,
+    allow_cross_node_tp: bool = False,
+    num_redundant_experts: int = 0,
 ) -> MemoryPlan:
     """Resolve flags (engine defaults where unset) into a memory plan."""
     spec = load_model(model)
@@ -62,8 +68,17 @@ def build_memory_plan(
         max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
         block_size=default(block_size, defaults.block_size),
     )
-    par = Parallelism(tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep)
-    return plan_memory(spec, device, par, cfg)
+    par = Parallelism(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        enable_expert_parallel=ep,
+        num_redundant_experts=num_redundant_experts,
+    )
+    topology = topology_for(
+        device, gpus_per_node=gpus_per_node, allow_cross_node_tp=allow_cross_node_tp
+    )
+    return plan_memory(spec, device, par, cfg, topology)
 
 
 @dataclass(frozen=True)
@@ -84,19 +99,38 @@ class DeploymentFlags:
     engine: str
     calibration: str | None
     operator_table: str | None
+    gpus_per_node: int | None
+    allow_cross_node_tp: bool
+    expert_routing: str | None
+    expert_placement: str
+    num_redundant_experts: int
 
     def efficiency(self) -> Efficiency | None:
         """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
         return load_efficiency_file(Path(self.calibration)) if self.calibration else None
 
     def step_model(
-        self, plan: MemoryPlan, *, moe_skew: float = 0.0, cuda_graphs: bool = True
+        self,
+        plan: MemoryPlan,
+        *,
+        moe_skew: float = 0.0,
+        cuda_graphs: bool = True,
+        class_token_shares: dict[str, float] | None = None,
     ) -> StepTimeModel:
-        """The roofline with ``--calibration``'s constants, backed by ``--operator-table``."""
+        """The roofline with ``--calibration``'s constants, backed by ``--operator-table``;
+        MoE routing from ``--expert-routing`` (or ``--moe-skew``), mixed by traffic class."""
+        moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind != "dense"), None)
+        routing = parse_routing(
+            self.expert_routing,
+            moe_skew=moe_skew,
+            placement=self.expert_placement,
+            num_experts=moe.num_experts if moe else None,
+            token_shares=class_token_shares,
+        )
         return build_step_model(
             plan,
             efficiency=self.efficiency(),
-            routing=Routing(moe_skew),
+            routing=routing,
             cuda_graphs=cuda_graphs,
             table_path=Path(self.operator_table) if self.operator_table else None,
         )
@@ -117,6 +151,9 @@ class DeploymentFlags:
             self.block_size,
             self.engine,
             dp=self.dp,
+            gpus_per_node=self.gpus_per_node,
+            allow_cross_node_tp=self.allow_cross_node_tp,
+            num_redundant_experts=self.num_redundant_experts,
         )
 
 
@@ -227,6 +264,37 @@ deployment_options = _grouped(
             default=None,
             metavar="FILE",
             help="Measured operator times (`inferplan profile` CSV); the roofline fills gaps",
+        ),
+        click.option(
+            "--gpus-per-node",
+            type=int,
+            default=None,
+            help="GPUs per node (default: the catalog's scale-up domain, 8 for PCIe cards)",
+        ),
+        click.option(
+            "--allow-cross-node-tp",
+            is_flag=True,
+            help="Let a tensor-parallel group span nodes (its all-reduces cross the NICs)",
+        ),
+        click.option(
+            "--expert-routing",
+            default=None,
+            metavar="uniform|zipf:S|FILE",
+            help="MoE routing distribution: uniform, Zipf exponent S, or an expert-load CSV",
+        ),
+        click.option(
+            "--expert-placement",
+            type=click.Choice(tuple(PLACEMENTS)),
+            default="linear",
+            show_default=True,
+            help="Experts on EP ranks: contiguous ids, round-robin, or EPLB load-balanced",
+        ),
+        click.option(
+            "--num-redundant-experts",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Extra expert slots for copies of hot experts (with --expert-placement eplb)",
         ),
     ],
     DeploymentFlags,

@@ -18,6 +18,7 @@ from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.model import parse_config
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
+from inferplan.specs.topology import topology_for
 
 FP8 = 1 + 4 / (128 * 128)  # e4m3 plus one fp32 scale per 128x128 block
 INT4 = 0.5 + 4 / 128  # AWQ/GPTQ: fp16 scale + fp16 zero per 128 values
@@ -37,7 +38,9 @@ def plan(
     **cfg: object,
 ) -> MemoryPlan:
     par = Parallelism(tp=tp, pp=pp, enable_expert_parallel=ep)
-    return plan_memory(load_model(model), load_gpu(gpu), par, MemoryConfig(**cfg))  # type: ignore[arg-type]
+    device = load_gpu(gpu)
+    topology = topology_for(device, allow_cross_node_tp=True)  # these test sharding arithmetic
+    return plan_memory(load_model(model), device, par, MemoryConfig(**cfg), topology)  # type: ignore[arg-type]
 
 
 def llama70_weights_bytes(tp: int) -> int:

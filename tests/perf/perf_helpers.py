@@ -67,6 +67,7 @@ def roofline(
     dp: int = 1,
     ep: bool = False,
     zipf: float = 0.0,
+    placement: str = "linear",
     cuda_graphs: bool = True,
 ) -> RooflineModel:
     """The analytic model of ``name`` in its checkpoint's formats, with the bundled efficiencies."""
@@ -79,7 +80,7 @@ def roofline(
         weight_formats_for(spec, None),
         kv_format("auto", model_dtype=spec.dtype),
         efficiency_for(device),
-        routing=Routing(zipf),
+        routing=Routing(zipf, placement=placement),
         cuda_graphs=cuda_graphs,
     )
 

@@ -24,6 +24,9 @@ CONFIGS: dict[str, Callable[[], RooflineModel]] = {
     "moe": lambda: roofline("Qwen3-30B-A3B"),
     "moe-pp2": lambda: roofline("Qwen3-30B-A3B", pp=2),
     "moe-ep-skewed": lambda: roofline("DeepSeek-V3", "h200", tp=8, ep=True, zipf=1.2),
+    "moe-dp-ep-round-robin": lambda: roofline(
+        "Qwen3-30B-A3B", dp=4, ep=True, zipf=0.6, placement="round_robin"
+    ),
     "sliding-moe": lambda: roofline("gpt-oss-120b"),
     "sliding-moe-tp2-pp2": lambda: roofline("gpt-oss-120b", tp=2, pp=2),
     "sliding-interleaved": lambda: roofline("gemma-3-27b-it", tp=2),

@@ -83,24 +83,28 @@ def test_the_busiest_rank_carries_at_least_its_fair_share(
 
 def test_skew_slows_compute_bound_expert_parallel_steps() -> None:
     """The step waits for the busiest rank: once the expert GEMMs are compute-bound (a long
-    prefill), skew makes the step slower. A small memory-bound decode instead reads fewer
-    distinct experts under skew, so it does not slow down."""
+    prefill), skew makes the step slower whatever the placement. In a small memory-bound decode
+    it depends on where the hot experts sit: dealt round-robin, the busiest rank reads fewer
+    distinct experts under skew and does not slow down; stacked on one rank (linear placement
+    in popularity order), that rank reads all of its hot experts and does."""
+    long_prefill, small_decode = prefill(8192), decode(64, 2000)
+    for placement in ("linear", "round_robin"):
+        uniform = roofline("DeepSeek-V3", "h200", tp=8, ep=True, placement=placement)
+        skewed = roofline("DeepSeek-V3", "h200", tp=8, ep=True, zipf=1.2, placement=placement)
+        assert (
+            skewed.step_time(long_prefill).by_operator_s["experts"]
+            > 1.3 * uniform.step_time(long_prefill).by_operator_s["experts"]
+        )
+    spread = roofline("DeepSeek-V3", "h200", tp=8, ep=True, zipf=1.2, placement="round_robin")
+    stacked = roofline("DeepSeek-V3", "h200", tp=8, ep=True, zipf=1.2, placement="linear")
     uniform = roofline("DeepSeek-V3", "h200", tp=8, ep=True)
-    skewed = roofline("DeepSeek-V3", "h200", tp=8, ep=True, zipf=1.2)
-    long_prefill = prefill(8192)
-    assert (
-        skewed.step_time(long_prefill).by_operator_s["experts"]
-        > 1.3 * uniform.step_time(long_prefill).by_operator_s["experts"]
-    )
-    small_decode = decode(64, 2000)
-    assert (
-        skewed.step_time(small_decode).by_operator_s["experts"]
-        <= uniform.step_time(small_decode).by_operator_s["experts"]
-    )
+    base = uniform.step_time(small_decode).by_operator_s["experts"]
+    assert spread.step_time(small_decode).by_operator_s["experts"] <= base
+    assert stacked.step_time(small_decode).by_operator_s["experts"] > base
 
 
 def test_routing_rejects_a_skew_out_of_range() -> None:
-    with pytest.raises(InferplanError, match="--moe-skew"):
+    with pytest.raises(InferplanError, match="--moe-skew: Zipf exponent must be in"):
         Routing(-0.5)
 
 

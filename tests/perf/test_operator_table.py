@@ -262,3 +262,22 @@ def test_data_parallel_attention_looks_up_each_rank_s_share(tmp_path: Path) -> N
         assert measured[op] == pytest.approx(modelled[op], rel=0.02), op
     # Attention over the context is exact at the grid's context.
     assert measured["attn_decode"] == pytest.approx(modelled["attn_decode"], rel=0.02)
+
+
+def test_a_uniform_profile_of_the_experts_carries_routing_skew(tmp_path: Path) -> None:
+    """A profiler measures the routed experts under uniform routing; with skew the busiest EP
+    rank does the work of a uniform step with ``ep x max share`` times the tokens, so the table
+    is looked up there. In the compute-bound regime (every expert touched) that gives the
+    skewed roofline's time back."""
+    uniform = roofline("Qwen3-30B-A3B", "h200", dp=4, ep=True)
+    skewed = roofline("Qwen3-30B-A3B", "h200", dp=4, ep=True, zipf=0.6)
+    rows = ["operator,num_tokens,context_tokens,time_s"]
+    layers = _layers_running(uniform.spec, "experts")
+    for n in (4096, 8192, 16384, 32768):
+        per_layer = uniform.step_time(decode(n, 100)).by_operator_s["experts"] / layers
+        rows.append(f"experts,{n},0,{per_layer!r}")
+    table = load_operator_table(write(tmp_path, "\n".join(rows) + "\n"))
+    batch = decode(8192, 100)
+    measured = TableModel(skewed, table).step_time(batch).by_operator_s["experts"]
+    assert measured == pytest.approx(skewed.step_time(batch).by_operator_s["experts"], rel=0.02)
+    assert measured > 1.3 * uniform.step_time(batch).by_operator_s["experts"]

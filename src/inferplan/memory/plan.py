@@ -27,6 +27,7 @@ from inferplan.specs.kv import kv_bytes_per_token, kv_values_per_token, sequence
 from inferplan.specs.model import AttentionSpec, LayerGroup, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import ParamCounts, count_params
+from inferplan.specs.topology import Topology, check_layout, topology_for
 
 RUNTIME_RESERVE_BYTES = 0.5 * GIB
 COMM_RESERVE_BYTES = 0.5 * GIB
@@ -89,6 +90,7 @@ class MemoryPlan:
     kv_bytes_per_token: float  # whole model, one sequence, chosen KV dtype
     num_blocks: int  # per replica
     max_concurrent_seqs: dict[int, int]
+    topology: Topology  # nodes, scale-up domains and the links the parallel groups use
 
     @property
     def worst_stage(self) -> StagePlan:
@@ -208,9 +210,18 @@ def _max_concurrency(
     return out
 
 
-def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConfig) -> MemoryPlan:
-    """The memory plan of one replica of ``spec`` on ``gpu`` split as ``par``."""
+def plan_memory(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    par: Parallelism,
+    cfg: MemoryConfig,
+    topology: Topology | None = None,
+) -> MemoryPlan:
+    """The memory plan of one replica of ``spec`` on ``gpu`` split as ``par``; ``topology``
+    defaults to the catalog's nodes and links for ``gpu``."""
     check_sharding(spec, par)
+    topology = topology or topology_for(gpu)
+    check_layout(topology, par)
     fmt = weight_formats_for(spec, cfg.quantization)
     kv = kv_format(cfg.kv_cache_dtype, model_dtype=spec.dtype)
     max_model_len = cfg.max_model_len or spec.max_position_embeddings
@@ -234,6 +245,7 @@ def plan_memory(spec: ModelSpec, gpu: GpuSpec, par: Parallelism, cfg: MemoryConf
             context: seqs * par.attention_dp
             for context, seqs in _max_concurrency(stages, spec, par, cfg, kv, contexts).items()
         },
+        topology=topology,
     )
 
 
@@ -262,6 +274,13 @@ def check_sharding(spec: ModelSpec, par: Parallelism) -> None:
             )
     if par.enable_expert_parallel and not spec.is_moe:
         raise InferplanError(f"--enable-expert-parallel: {spec.name} has no experts")
+    moe = next((g.ffn for g in spec.layer_groups if g.ffn.kind != "dense"), None)
+    experts, redundant = (moe.num_experts if moe else 0), par.num_redundant_experts
+    if redundant and (experts + redundant) % par.ep:
+        raise InferplanError(
+            f"--num-redundant-experts {redundant}: {experts} experts + redundant copies must "
+            f"fill the {par.ep} expert-parallel ranks evenly (a multiple of {par.ep})"
+        )
 
 
 def _divisors(n: int) -> str:

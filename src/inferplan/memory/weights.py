@@ -7,7 +7,8 @@ Sharding (vLLM ``model_executor/layers/linear.py`` and the per-family model file
 - Embedding and LM head: vocab-parallel over ``tp``, vocabulary padded to a multiple of 64.
   The embedding sits on the first pipeline stage, the head on the last.
 - Routed experts: each expert split by ``tp``; with expert parallelism whole experts are spread
-  over ``ep`` ranks (``ceil(E / ep)`` per rank). Router and norms are replicated.
+  over ``ep`` ranks (``ceil((E + redundant) / ep)`` per rank, counting EPLB's redundant
+  copies of hot experts). Router and norms are replicated.
 - Quantized formats apply to linear layers (``scope='linear'``) or routed experts only
   (``scope='experts'``, gpt-oss mxfp4); embeddings, head, router, norms, biases and the vision
   tower stay in the model dtype, as in the released checkpoints.
@@ -94,8 +95,9 @@ def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightForma
     one = 3 * hidden * ffn.intermediate_size  # the matrices; biases stay in the model dtype
     bias = expert_params(ffn, hidden) - one
     if par.enable_expert_parallel:
-        routed = _div(ffn.num_experts, par.ep) * one
-        routed_bias = _div(ffn.num_experts, par.ep) * bias
+        slots = _div(ffn.num_experts + par.num_redundant_experts, par.ep)
+        routed = slots * one
+        routed_bias = slots * bias
     else:
         routed = _div(ffn.num_experts * one, par.tp)
         routed_bias = _div(ffn.num_experts * bias, par.tp)

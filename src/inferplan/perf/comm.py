@@ -5,16 +5,24 @@ direction (Patarasuk & Yuan 2009; NCCL's "bus bandwidth" convention), so it take
 ``latency + 2 (p-1)/p * B / (link x efficiency)``. All-to-all sends ``(p-1)/p`` of each rank's
 buffer. The link is the GPU's scale-up fabric (NVLink/Infinity Fabric) while the group fits in
 one scale-up domain, else the per-GPU scale-out NIC. Figures are one direction (``unidir``).
+
+With a ``Topology`` (``specs/topology.py``) the link is the slowest tier the group crosses (a
+ring runs at its slowest hop), and an all-to-all that spans nodes splits its traffic: the part
+for peers in the same node goes over the fast tier, the rest over the NICs, both at once, so it
+takes the longer of the two.
 """
 
 from __future__ import annotations
 
 from inferplan.perf.efficiency import Efficiency
 from inferplan.specs.hardware import GpuSpec
+from inferplan.specs.topology import Topology
 
 
-def link_bytes_s(gpu: GpuSpec, group_size: int) -> float:
+def link_bytes_s(gpu: GpuSpec, group_size: int, topology: Topology | None = None) -> float:
     """One-direction bandwidth per GPU for a group of ``group_size`` ranks."""
+    if topology is not None:
+        return topology.link_bytes_s(group_size)
     if group_size <= gpu.scale_up_domain_size and gpu.scale_up_bytes_s:
         return gpu.scale_up_bytes_s
     if gpu.scale_out_bytes_s:
@@ -22,25 +30,51 @@ def link_bytes_s(gpu: GpuSpec, group_size: int) -> float:
     return gpu.host_link_bytes_s or 25e9  # PCIe-only parts: peer traffic crosses the host link
 
 
-def allreduce_s(num_bytes: float, ranks: int, gpu: GpuSpec, eff: Efficiency) -> float:
+def allreduce_s(
+    num_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None = None,
+) -> float:
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
     wire = 2 * (ranks - 1) / ranks * num_bytes
-    return eff.collective_latency_s + wire / (link_bytes_s(gpu, ranks) * eff.collective_bandwidth)
+    link = link_bytes_s(gpu, ranks, topology)
+    return eff.collective_latency_s + wire / (link * eff.collective_bandwidth)
 
 
-def alltoall_s(num_bytes: float, ranks: int, gpu: GpuSpec, eff: Efficiency) -> float:
+def alltoall_s(
+    num_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None = None,
+) -> float:
     """One all-to-all where each rank holds ``num_bytes`` to scatter."""
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
+    if topology is not None and topology.tier(ranks) == "scale_out":
+        inner = topology.inner_size(ranks)
+        near = (inner - 1) / ranks * num_bytes / topology.link_bytes_s(inner)
+        far = (ranks - inner) / ranks * num_bytes / topology.link_bytes_s(ranks)
+        return eff.collective_latency_s + max(near, far) / eff.collective_bandwidth
     wire = (ranks - 1) / ranks * num_bytes
-    return eff.collective_latency_s + wire / (link_bytes_s(gpu, ranks) * eff.collective_bandwidth)
+    link = link_bytes_s(gpu, ranks, topology)
+    return eff.collective_latency_s + wire / (link * eff.collective_bandwidth)
 
 
-def p2p_s(num_bytes: float, gpu: GpuSpec, eff: Efficiency, *, group_size: int) -> float:
+def p2p_s(
+    num_bytes: float,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    *,
+    group_size: int,
+    topology: Topology | None = None,
+) -> float:
     """A send between neighbouring pipeline stages."""
     if num_bytes <= 0:
         return 0.0
     return eff.collective_latency_s + num_bytes / (
-        link_bytes_s(gpu, group_size) * eff.collective_bandwidth
+        link_bytes_s(gpu, group_size, topology) * eff.collective_bandwidth
     )

@@ -29,6 +29,7 @@ def build_step_model(
         efficiency or efficiency_for(plan.gpu),
         routing=routing,
         cuda_graphs=cuda_graphs,
+        topology=plan.topology,
     )
     if table_path is None:
         return roofline

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.moe import Routing, expected_experts_touched
+from inferplan.perf.moe import RankTable, Routing, rank_table
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.kv import kv_heads_per_rank, linear_state_values
 from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import expert_params
+from inferplan.specs.topology import Topology, topology_for
 
 ACT_BYTES = 2.0  # bf16 activations
 CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
@@ -90,10 +93,13 @@ class RooflineModel:
         *,
         routing: Routing | None = None,
         cuda_graphs: bool = True,
+        topology: Topology | None = None,
     ) -> None:
         self.spec, self.gpu, self.par = spec, gpu, par
         self.formats, self.kv, self.eff = formats, kv, eff
         self.routing = routing or Routing()
+        self.topology = topology or topology_for(gpu)
+        self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
         self.cuda_graphs = cuda_graphs
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
@@ -101,6 +107,9 @@ class RooflineModel:
         padded_vocab = -(-spec.vocab_size // 64) * 64
         self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
+        for group in self.groups:  # a placement that cannot exist fails here, not mid-run
+            if group.ffn.kind != "dense":
+                self.expert_table(group.ffn)
 
     def _bottleneck_groups(self) -> tuple[_Group, ...]:
         """Layer shapes of the stage with the most layers (the first such), counted."""
@@ -184,7 +193,8 @@ class RooflineModel:
         m = self._microbatches(batch)
         activation = batch.num_tokens / m * self.spec.hidden_size * ACT_BYTES
         group = self.par.tp * self.par.pp
-        return (self.par.pp - 1) * p2p_s(activation, self.gpu, self.eff, group_size=group)
+        sends = p2p_s(activation, self.gpu, self.eff, group_size=group, topology=self.topology)
+        return (self.par.pp - 1) * sends
 
     def _window_range(self, num_seqs: int, context_tokens: int) -> tuple[float, float]:
         """The context range around ``context_tokens`` in which no sliding window saturates
@@ -265,7 +275,11 @@ class RooflineModel:
 
     def _attn_allreduce(self, tokens: float) -> float:
         return allreduce_s(
-            tokens * self.spec.hidden_size * ACT_BYTES, self.par.tp, self.gpu, self.eff
+            tokens * self.spec.hidden_size * ACT_BYTES,
+            self.par.tp,
+            self.gpu,
+            self.eff,
+            self.topology,
         )
 
     def _attention(self, group: _Group, batch: StepBatch, m: int, dpa: int) -> list[Op]:
@@ -367,43 +381,89 @@ class RooflineModel:
         if ffn.kind == "dense":
             params = 3 * hidden * ffn.intermediate_size / tp
             return [self._gemm("mlp", params, local, self.formats.linear, count)], allreduce_s(
-                act_bytes, tp, self.gpu, self.eff
+                act_bytes, tp, self.gpu, self.eff, self.topology
             )
         ops = [self._gemm("router", hidden * ffn.num_experts, local, self.formats.other, count)]
         if ffn.shared_intermediate_size:
             shared = 3 * hidden * ffn.shared_intermediate_size / tp
             ops.append(self._gemm("shared_experts", shared, local, self.formats.linear, count))
-        ops.append(self._experts(ffn, tokens, count))
+        experts, hit = self._experts(ffn, tokens, count)
+        ops.append(experts)
         if self.par.enable_expert_parallel:
-            ep = self.par.ep
-            dispatch = tokens / ep * ffn.num_experts_per_tok * hidden * ACT_BYTES
-            return ops, 2 * alltoall_s(dispatch, ep, self.gpu, self.eff)
-        return ops, allreduce_s(act_bytes, tp, self.gpu, self.eff)
+            # The busiest receiver gets each other rank's tokens that route to it once
+            # (DeepEP dispatch); the combine sends the same rows back.
+            dispatch = tokens * hit * hidden * ACT_BYTES
+            return ops, 2 * alltoall_s(dispatch, self.par.ep, self.gpu, self.eff, self.topology)
+        return ops, allreduce_s(act_bytes, tp, self.gpu, self.eff, self.topology)
 
-    def _experts(self, ffn: FfnSpec, tokens: float, count: int) -> Op:
+    def expert_table(self, ffn: FfnSpec) -> RankTable:
+        """Per-rank routing picture of one MoE layer shape (its placement on the EP ranks)."""
         ep = self.par.ep if self.par.enable_expert_parallel else 1
-        touched, share = expected_experts_touched(
+        return rank_table(
+            self.routing,
             ffn.num_experts,
             ffn.num_experts_per_tok,
-            max(1, round(tokens)),
-            self.routing.zipf_exponent,
             ep,
+            self.par.num_redundant_experts if ep > 1 else 0,
         )
+
+    def expert_token_scale(self, ffn: FfnSpec) -> float:
+        """How many times its fair share of the picks the busiest EP rank gets (1 without EP):
+        a measured table's experts time, taken under uniform routing, is looked up at this
+        many times the step's tokens."""
+        table = self.expert_table(ffn)
+        return float(table.assignment_share.max() * table.num_ranks)
+
+    def _experts(self, ffn: FfnSpec, tokens: float, count: int) -> tuple[Op, float]:
+        """The routed experts on the slowest rank, and the largest per-rank dispatch
+        probability. Cached per token count: the op does not depend on the context."""
+        key = (id(ffn), max(1, round(tokens)), count)
+        cached = self._expert_ops.get(key)
+        if cached is None:
+            if len(self._expert_ops) >= LINE_CACHE_SIZE:
+                self._expert_ops.clear()
+            cached = self._expert_rank_op(ffn, key[1], count)
+            self._expert_ops[key] = cached
+        return cached
+
+    def _expert_rank_terms(self, ffn: FfnSpec, tokens: float) -> dict[str, np.ndarray]:
+        """Per EP rank: FLOPs, bytes and achieved rates of the routed experts of one layer."""
+        table = self.expert_table(ffn)
+        ep = table.num_ranks
         one = expert_params(ffn, self.spec.hidden_size) / (1 if ep > 1 else self.par.tp)
-        assignments = tokens * ffn.num_experts_per_tok * (share if ep > 1 else 1.0)
-        rows_per_expert = assignments / max(touched, 1e-9)
         fmt = self.formats.experts
+        touched = table.touched(tokens)
+        assignments = tokens * ffn.num_experts_per_tok * table.assignment_share
+        rows = assignments / np.maximum(touched, 1e-9)
+        efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
         act = assignments * ACT_BYTES * (self.spec.hidden_size + one / self.spec.hidden_size)
-        return Op(
+        return {
+            "flops": 2 * assignments * one,
+            "bytes": touched * one * fmt.bytes_per_value + act,
+            "flops_s": self.gpu.peak(fmt.compute_dtype) * np.maximum(efficiency, 1e-3),
+            "bytes_s": np.full(ep, self.bandwidth * self.eff.memory_bandwidth),
+        }
+
+    def expert_rank_times(self, ffn: FfnSpec, tokens: float) -> tuple[np.ndarray, np.ndarray]:
+        """(compute, memory) seconds of one MoE layer's routed experts on each EP rank."""
+        terms = self._expert_rank_terms(ffn, tokens)
+        return terms["flops"] / terms["flops_s"], terms["bytes"] / terms["bytes_s"]
+
+    def _expert_rank_op(self, ffn: FfnSpec, tokens: int, count: int) -> tuple[Op, float]:
+        terms = self._expert_rank_terms(ffn, tokens)
+        compute, memory = terms["flops"] / terms["flops_s"], terms["bytes"] / terms["bytes_s"]
+        slowest = int(np.argmax(np.maximum(compute, memory)))
+        op = Op(
             "experts",
-            2 * assignments * one,
+            float(terms["flops"][slowest]),
             0.0,
-            touched * one * fmt.bytes_per_value + act,
+            float(terms["bytes"][slowest]),
             0.0,
-            self._gemm_flops_s(fmt, rows_per_expert),
-            self.bandwidth * self.eff.memory_bandwidth,
+            float(terms["flops_s"][slowest]),
+            float(terms["bytes_s"][slowest]),
             count,
         )
+        return op, float(self.expert_table(ffn).hit_probability.max())
 
     def _overhead(self, batch: StepBatch) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""

@@ -168,9 +168,12 @@ class TableModel:
         dpa = self.roofline.par.attention_dp
         out: dict[str, float] = {}
         tokens = batch.num_tokens / m
+        moe = next((g.ffn for g in self.roofline.groups if g.ffn.kind != "dense"), None)
+        # Routing skew: the busiest rank does the work of a uniform step with more tokens.
+        skew = self.roofline.expert_token_scale(moe) if moe is not None else 1.0
         for op in ("attn_proj", "mlp", "router", "shared_experts", "experts", "elementwise"):
             layers = self._layers_running(op)
-            shape = tokens if op == "experts" else tokens / dpa
+            shape = tokens * skew if op == "experts" else tokens / dpa
             if self.table.has(op) and tokens and layers:
                 out[op] = self.table.time(op, shape) * layers * passes
         if self.table.has("lm_head") and batch.num_logit_tokens:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.specs.hardware import GIB
+from inferplan.specs.topology import topology_json
 
 
 def memory_json(plan: MemoryPlan) -> dict[str, Any]:
@@ -52,6 +53,8 @@ def memory_json(plan: MemoryPlan) -> dict[str, Any]:
         "kv_capacity_blocks": plan.num_blocks,
         "max_concurrent_seqs": {str(k): v for k, v in plan.max_concurrent_seqs.items()},
         "fits": plan.fits,
+        "num_redundant_experts": par.num_redundant_experts,
+        "topology": topology_json(plan.topology, par),
     }
 
 

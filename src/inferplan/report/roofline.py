@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from inferplan.report.experts import expert_rank_table
+
 
 def roofline_tables(result: dict[str, Any]) -> Group:
     title = f"{result['model']} on {result['gpu']} (tp={result['tensor_parallel_size']})"
@@ -39,4 +41,7 @@ def roofline_tables(result: dict[str, Any]) -> Group:
         "decode batch at which the weight GEMMs turn compute-bound",
         f"{size:,}" if size else "never (<= 65,536)",
     )
+    experts = result.get("expert_parallel")
+    if experts:
+        return Group(prefill, decode, turning, expert_rank_table(experts))
     return Group(prefill, decode, turning)

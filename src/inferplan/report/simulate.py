@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from inferplan.report.experts import expert_rank_table
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
@@ -54,6 +56,9 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
             _ms(None if row["tpot_s"].get("p50") is None else row["tpot_s"]["p50"] * 1e3),
             _s(row["e2el_s"].get("p99")),
         )
+    experts = summary.get("expert_parallel")
+    if experts:
+        return Group(head, lat, buckets, expert_rank_table(experts))
     return Group(head, lat, buckets)
 
 

@@ -60,6 +60,7 @@ class _Link(BaseModel):
     model_config = ConfigDict(extra="allow")
     unidir_gbps: float | None = Field(default=None, gt=0)
     domain_size: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
 
 
 class _ScaleOut(BaseModel):
@@ -98,6 +99,7 @@ class GpuSpec:
     scale_out_bytes_s: float | None  # per GPU
     tdp_w: float | None
     price_usd_per_hour: float | None
+    gpus_per_node: int | None = None  # set where a scale-up domain spans nodes (NVL72 trays)
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype``; formats the part lacks run at the widest one it has
@@ -156,6 +158,7 @@ def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
         ),
         tdp_w=acc.tdp_w,
         price_usd_per_hour=_default_price(acc.cloud_prices_usd_per_gpu_hour),
+        gpus_per_node=acc.scale_up.gpus_per_node,
     )
 
 

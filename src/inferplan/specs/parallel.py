@@ -9,6 +9,9 @@ With it, the ``dp`` ranks form one replica whose attention is data-parallel: eac
 attention (and dense layers) with ``tp``-way sharding on its own share of the sequences and
 keeps their KV cache, while every MoE layer dispatches tokens to the experts spread over all
 ``tp * dp`` ranks (vLLM's DP + EP deployment, DeepSeek's "DP attention").
+
+``num_redundant_experts`` extra expert slots (vLLM ``--num-redundant-experts``, DeepSeek's
+EPLB) hold copies of hot experts: each EP rank stores ``(E + R) / ep`` experts.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Parallelism:
     pp: int = 1
     dp: int = 1
     enable_expert_parallel: bool = False
+    num_redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -33,6 +37,14 @@ class Parallelism:
         ):
             if value < 1:
                 raise InferplanError(f"{flag}: must be an integer >= 1, got {value}")
+        if self.num_redundant_experts < 0:
+            raise InferplanError(
+                f"--num-redundant-experts: must be >= 0, got {self.num_redundant_experts}"
+            )
+        if self.num_redundant_experts and not self.enable_expert_parallel:
+            raise InferplanError(
+                "--num-redundant-experts: copies of experts need --enable-expert-parallel"
+            )
 
     @property
     def ep(self) -> int:

@@ -1,0 +1,1 @@
+"""Cluster-level components: pools, routing between them, disaggregation, failures."""
