@@ -22,7 +22,12 @@ from inferplan.perf.factory import build_step_model
 from inferplan.perf.moe import Routing
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import ENGINES, engine_defaults
+from inferplan.specs.engines import (
+    ENGINES,
+    TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION,
+    engine_defaults,
+    sglang_mem_fraction_static,
+)
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism
 from inferplan.workload import build_workload
@@ -44,11 +49,27 @@ def build_memory_plan(
     block_size: int | None,
     engine: str = "vllm",
     dp: int = 1,
+    *,
+    kv_cache_free_gpu_mem_fraction: float | None = None,
+    mem_fraction_static: float | None = None,
 ) -> MemoryPlan:
-    """Resolve flags (engine defaults where unset) into a memory plan."""
+    """Resolve flags (engine defaults where unset) into a memory plan. Each engine sizes its
+    KV pool by its own rule (``memory/plan.py``): TensorRT-LLM 0.9 of the memory free after
+    weights unless ``--kv-cache-free-gpu-mem-fraction``, SGLang its computed
+    ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization`` of the total."""
     spec = load_model(model)
     device = load_gpu(gpu)
     defaults = engine_defaults(engine, device)
+    if engine == "trtllm" and kv_cache_free_gpu_mem_fraction is None:
+        kv_cache_free_gpu_mem_fraction = TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION
+    if engine == "sglang" and mem_fraction_static is None:
+        mem_fraction_static = sglang_mem_fraction_static(device, tp, pp)
+    for flag, value, owner in (
+        ("--kv-cache-free-gpu-mem-fraction", kv_cache_free_gpu_mem_fraction, "trtllm"),
+        ("--mem-fraction-static", mem_fraction_static, "sglang"),
+    ):
+        if value is not None and engine != owner:
+            raise InferplanError(f"{flag}: applies to --engine {owner} only (got {engine})")
 
     def default(value: int | None, fallback: int) -> int:
         return fallback if value is None else value
@@ -61,6 +82,8 @@ def build_memory_plan(
         max_num_batched_tokens=default(max_num_batched_tokens, defaults.max_num_batched_tokens),
         max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
         block_size=default(block_size, defaults.block_size),
+        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
+        mem_fraction_static=mem_fraction_static,
     )
     par = Parallelism(tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep)
     return plan_memory(spec, device, par, cfg)
@@ -84,6 +107,8 @@ class DeploymentFlags:
     engine: str
     calibration: str | None
     operator_table: str | None
+    kv_cache_free_gpu_mem_fraction: float | None = None
+    mem_fraction_static: float | None = None
 
     def efficiency(self) -> Efficiency | None:
         """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
@@ -117,6 +142,8 @@ class DeploymentFlags:
             self.block_size,
             self.engine,
             dp=self.dp,
+            kv_cache_free_gpu_mem_fraction=self.kv_cache_free_gpu_mem_fraction,
+            mem_fraction_static=self.mem_fraction_static,
         )
 
 
@@ -197,6 +224,18 @@ deployment_options = _grouped(
             help="Max context length (default: the model's)",
         ),
         click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option(
+            "--kv-cache-free-gpu-mem-fraction",
+            type=float,
+            default=None,
+            help="--engine trtllm: KV share of the memory free after weights (default 0.9)",
+        ),
+        click.option(
+            "--mem-fraction-static",
+            type=float,
+            default=None,
+            help="--engine sglang: weights + KV share of the memory (default: SGLang's formula)",
+        ),
         click.option(
             "--max-num-batched-tokens",
             type=int,

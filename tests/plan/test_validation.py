@@ -112,17 +112,12 @@ def test_vllm060_runs_use_v0_scheduling_and_its_cpu_costs() -> None:
     ("package", "path", "cases"),
     [
         (
-            "inferplan.perf",
-            "data/efficiency/hopper.yaml",
-            ["trtllm-llama31-8b-h100-fp8", "trtllm-llama33-70b-h100-tp2-fp8"],
-        ),
-        (
             "inferplan.plan",
             "data/engine_cpu_costs.yaml",
             ["vllm060-llama3-8b-h100-sharegpt", "vllm060-llama3-70b-h100-tp4-sharegpt"],
         ),
     ],
-    ids=["hopper", "vllm-0.6.0"],
+    ids=["vllm-0.6.0"],
 )
 def test_the_fitted_files_residuals_are_what_validation_gives_now(
     package: str, path: str, cases: list[str]
