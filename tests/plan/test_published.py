@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import statistics
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -20,6 +22,7 @@ from inferplan.plan.published import bundled_published, parse_published, skip_re
 from inferplan.plan.published_runs import (
     error_summary,
     group_runs,
+    run_setup,
     steady_state_throughput,
     validate_rows,
 )
@@ -142,3 +145,23 @@ def test_bad_files_are_one_line_naming_the_line(edit, message, tmp_path: Path) -
 def test_cli_validate_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--data", "nope.csv"]) == 2
     assert capsys.readouterr().err.startswith("error: nope.csv")
+
+
+def test_a_fitted_family_file_reproduces_its_in_sample_error() -> None:
+    """scripts/fit_published.py writes each family's in-sample median |error| beside the
+    constants; predicting that family's closed-form rows with the committed files gives it
+    back (Ada: 36 rows, about a second), so the committed constants are the fitted ones."""
+    text = resources.files("inferplan.perf").joinpath("data/efficiency/ada.yaml").read_text()
+    written = re.search(r"In-sample median \|error\| ([\d.]+) over (\d+) rows", text)
+    assert written is not None
+    rows = [
+        r
+        for r in bundled_published()
+        if skip_reason(r) is None
+        and r.family == "throughput"
+        and r.gpu == "l40s"
+        and run_setup(r).closed_form
+    ]
+    errors = [abs(r.error) for r in validate_rows(rows) if r.error is not None]
+    assert len(errors) == int(written.group(2))
+    assert f"{statistics.median(errors):.4f}" == written.group(1)

@@ -27,8 +27,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
+from importlib import resources
 
 import numpy as np
+import yaml
 
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.errors import InferplanError
@@ -56,6 +58,35 @@ from inferplan.workload.request import Workload
 SHAREGPT_SIGMA = 1.0
 SHAREGPT_MAX_TOKENS = 4096
 QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many requests
+
+
+def engine_release(row: PublishedRow) -> str | None:
+    """Which host-side cost class a row's engine belongs to (``data/published_cpu_costs.yaml``):
+    TensorRT-LLM's C++ engine flow (0.14, 0.17) or its PyTorch backend (0.19 on), whose Python
+    executor does per-request work on every step."""
+    if row.engine != "tensorrt-llm":
+        return None
+    version = row.engine_version.split("@")[0]
+    if version.startswith(("0.14", "0.17")):
+        return "trtllm-cpp"
+    return "trtllm-pytorch"
+
+
+@cache
+def release_cpu_costs() -> dict[str, dict[str, float]]:
+    """Fitted per-step and per-sequence host costs by engine release (scripts/fit_published.py)."""
+    path = resources.files("inferplan.plan").joinpath("data/published_cpu_costs.yaml")
+    if not path.is_file():
+        return {}
+    costs: dict[str, dict[str, float]] = yaml.safe_load(path.read_text()) or {}
+    return costs
+
+
+def row_efficiency(row: PublishedRow, family: Efficiency) -> Efficiency:
+    """``family`` with the row's engine-release host costs, where they were fitted."""
+    release = engine_release(row)
+    costs = release_cpu_costs().get(release, {}) if release else {}
+    return replace(family, **costs) if costs else family
 
 
 @dataclass(frozen=True)
@@ -256,7 +287,8 @@ def predict_run(
     first = rows[0]
     setup = run_setup(first)
     plan = memory_plan(setup)
-    step = build_step_model(plan, efficiency=efficiency or efficiency_for(plan.gpu))
+    eff = efficiency or row_efficiency(first, efficiency_for(plan.gpu))
+    step = build_step_model(plan, efficiency=eff)
     if setup.closed_form:
         rates = steady_state_throughput(
             plan, step, first.input_len or 1, first.output_len or 1, first.num_requests or 1000
@@ -277,6 +309,11 @@ def predict_run(
         )
         result = simulate(plan, step, run_workload(first, quick), options)
         summary = summarize(result.records, result.itl, duration_s=result.duration_s)
+        if not summary.get("completed"):
+            raise InferplanError(
+                "no request completed in the simulation (each was rejected: longer than the "
+                "token budget without chunked prefill, or than the KV pool)"
+            )
     out = {}
     for row in rows:
         value = _summary_value(summary, row.metric)
