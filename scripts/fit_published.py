@@ -43,6 +43,7 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
     "per_seq_overhead_s": (0.0, 5e-5),
+    "layer_overhead_s": (0.0, 1e-4),
 }
 GOLDEN = (math.sqrt(5) - 1) / 2
 DATA = Path("src/inferplan/perf/data/efficiency")
@@ -251,9 +252,16 @@ def as_written(c: Constants) -> Constants:
 def start_constants(rows: list[PublishedRow]) -> Constants:
     families = {family_of(r) for r in rows}
     releases = {engine_release(r) for r in rows} - {None}
-    family = {f: bundled_efficiency(f) for f in sorted(families)}
-    hopper = bundled_efficiency("hopper")
-    base = {"step_overhead_s": hopper.step_overhead_s, "per_seq_overhead_s": 2e-6}
+    # Every fit (the in-sample one and each fold's) starts from the same priors, the default
+    # family file's values, never from constants already fitted to the whole table.
+    prior = bundled_efficiency("default")
+    fitted_keys = {k: getattr(prior, k) for k in FIT_BOUNDS}
+    family = {f: replace(bundled_efficiency(f), **fitted_keys) for f in sorted(families)}
+    base = {
+        "step_overhead_s": prior.step_overhead_s,
+        "per_seq_overhead_s": prior.per_seq_overhead_s,
+        "layer_overhead_s": 0.0,
+    }
     return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
 
 
