@@ -77,3 +77,13 @@ def test_cli_reaches_each_rule(capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     assert main([*base, "--mem-fraction-static", "0.7"]) == 2
     assert capsys.readouterr().err.startswith("error: --mem-fraction-static: applies to")
+
+
+def test_does_not_fit_names_the_engines_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama-3.1-70B BF16 on two A100s: SGLang's static fraction (0.834 of 79.5 GiB = 66.3 GiB)
+    cannot hold 65.7 GiB of weights and 1 GiB of runtime; the message says which rule."""
+    base = ["memory", "--model", "Llama-3.1-70B", "--gpu", "a100", "-tp", "2"]
+    assert main([*base, "--max-model-len", "8192", "--engine", "sglang"]) == 1
+    err = capsys.readouterr().err
+    assert "weights and runtime need 66.7 GiB per device" in err
+    assert "(mem_fraction_static 0.834)" in err
