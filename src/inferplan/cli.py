@@ -43,6 +43,8 @@ from inferplan.plan.calibration import (
     calibration_yaml,
     fit_simplex,
 )
+from inferplan.plan.published import read_published
+from inferplan.plan.published_runs import validate_rows
 from inferplan.plan.validation import Deployment, Result, predict
 from inferplan.plan.validation import validate as run_validation
 from inferplan.profile import DEVICES, profile_to_csv
@@ -53,7 +55,13 @@ from inferplan.report.profile import profile_json, profile_tables
 from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
-from inferplan.report.validation import calibration_table, validation_json, validation_tables
+from inferplan.report.validation import (
+    calibration_table,
+    published_json,
+    published_tables,
+    validation_json,
+    validation_tables,
+)
 from inferplan.specs.topology import topology_json
 
 
@@ -244,12 +252,36 @@ def simulate(
 
 
 @app.command()
-@click.option("--case", "cases", multiple=True, help="Only this case id (repeatable)")
+@click.option(
+    "--data",
+    default=None,
+    metavar="FILE.csv",
+    help="Published measurements in the bundled table's schema (default: the bundled table)",
+)
+@click.option("--quick", is_flag=True, help="Simulated runs keep at most 200 requests (CI)")
+@click.option(
+    "--case",
+    "cases",
+    multiple=True,
+    help="Only this case id of the end-to-end cases (repeatable; implies those cases)",
+)
+@click.option(
+    "--cases", "legacy", is_flag=True, help="The end-to-end cases (validation_cases.yaml) instead"
+)
 @json_option
-def validate(cases: tuple[str, ...], json_out: bool) -> None:
-    """Simulate the bundled published measurements; print measured vs predicted and the error."""
-    data = validation_json(run_validation(list(cases) or None))
-    _show(data, json_out, validation_tables)
+def validate(
+    data: str | None, quick: bool, cases: tuple[str, ...], legacy: bool, json_out: bool
+) -> None:
+    """Predict published measurements; print measured vs predicted and the error.
+
+    By default every row of the bundled table (TensorRT-LLM performance overviews, GPUStack's
+    vllm bench serve runs); rows that cannot be simulated are listed with the reason. The JSON
+    has `summary` per metric family (throughput, latency) and every row's prediction."""
+    if cases or legacy:
+        _show(validation_json(run_validation(list(cases) or None)), json_out, validation_tables)
+        return
+    results = validate_rows(read_published(data), quick=quick)
+    _show(published_json(results), json_out, published_tables)
 
 
 @app.command()

@@ -23,7 +23,12 @@ from inferplan.perf.factory import build_step_model
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import ENGINES, engine_defaults
+from inferplan.specs.engines import (
+    ENGINES,
+    TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION,
+    engine_defaults,
+    sglang_mem_fraction_static,
+)
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.topology import topology_for
@@ -50,11 +55,26 @@ def build_memory_plan(
     gpus_per_node: int | None = None,
     allow_cross_node_tp: bool = False,
     num_redundant_experts: int = 0,
+    kv_cache_free_gpu_mem_fraction: float | None = None,
+    mem_fraction_static: float | None = None,
 ) -> MemoryPlan:
-    """Resolve flags (engine defaults where unset) into a memory plan."""
+    """Resolve flags (engine defaults where unset) into a memory plan. Each engine sizes its
+    KV pool by its own rule (``memory/plan.py``): TensorRT-LLM 0.9 of the memory free after
+    weights unless ``--kv-cache-free-gpu-mem-fraction``, SGLang its computed
+    ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization`` of the total."""
     spec = load_model(model)
     device = load_gpu(gpu)
     defaults = engine_defaults(engine, device)
+    if engine == "trtllm" and kv_cache_free_gpu_mem_fraction is None:
+        kv_cache_free_gpu_mem_fraction = TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION
+    if engine == "sglang" and mem_fraction_static is None:
+        mem_fraction_static = sglang_mem_fraction_static(device, tp, pp)
+    for flag, value, owner in (
+        ("--kv-cache-free-gpu-mem-fraction", kv_cache_free_gpu_mem_fraction, "trtllm"),
+        ("--mem-fraction-static", mem_fraction_static, "sglang"),
+    ):
+        if value is not None and engine != owner:
+            raise InferplanError(f"{flag}: applies to --engine {owner} only (got {engine})")
 
     def default(value: int | None, fallback: int) -> int:
         return fallback if value is None else value
@@ -67,6 +87,8 @@ def build_memory_plan(
         max_num_batched_tokens=default(max_num_batched_tokens, defaults.max_num_batched_tokens),
         max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
         block_size=default(block_size, defaults.block_size),
+        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
+        mem_fraction_static=mem_fraction_static,
     )
     par = Parallelism(
         tp=tp,
@@ -104,6 +126,8 @@ class DeploymentFlags:
     expert_routing: str | None
     expert_placement: str
     num_redundant_experts: int
+    kv_cache_free_gpu_mem_fraction: float | None = None
+    mem_fraction_static: float | None = None
 
     def efficiency(self) -> Efficiency | None:
         """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
@@ -154,6 +178,8 @@ class DeploymentFlags:
             gpus_per_node=self.gpus_per_node,
             allow_cross_node_tp=self.allow_cross_node_tp,
             num_redundant_experts=self.num_redundant_experts,
+            kv_cache_free_gpu_mem_fraction=self.kv_cache_free_gpu_mem_fraction,
+            mem_fraction_static=self.mem_fraction_static,
         )
 
 
@@ -234,6 +260,18 @@ deployment_options = _grouped(
             help="Max context length (default: the model's)",
         ),
         click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option(
+            "--kv-cache-free-gpu-mem-fraction",
+            type=float,
+            default=None,
+            help="--engine trtllm: KV share of the memory free after weights (default 0.9)",
+        ),
+        click.option(
+            "--mem-fraction-static",
+            type=float,
+            default=None,
+            help="--engine sglang: weights + KV share of the memory (default: SGLang's formula)",
+        ),
         click.option(
             "--max-num-batched-tokens",
             type=int,

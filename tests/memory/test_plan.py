@@ -180,7 +180,7 @@ def test_llama8b_on_h100_budget_by_hand() -> None:
     h, inter, vocab, params = 4096, 14336, 128_256, 8_030_261_248
     p = plan("Llama-3.1-8B", "h100")
     stage = p.stages[0]
-    budget = 0.9 * 79.6 * GIB  # vLLM: gpu_memory_utilization x total (NVML 79.6 GiB)
+    budget = 0.9 * (81559 * 2**20 - 0.5 * GIB)  # vLLM: utilization x total_gpu_memory (79.15 GiB)
     weights = params * 2  # bf16, tp=1, vocab already a multiple of 64
     # Activation estimate: 8192 tokens x bf16 x (residual + hidden + widest intermediate,
     # here SwiGLU's 3 x 14336), plus 2 fp32 sampler copies of 1024 rows x vocab.
@@ -193,11 +193,11 @@ def test_llama8b_on_h100_budget_by_hand() -> None:
     assert stage.reserve_bytes == reserve
     assert stage.kv_bytes == pytest.approx(kv, rel=1e-12)
     block_bytes = 16 * 131_072
-    assert p.num_blocks == math.floor(kv / block_bytes) == 27_864
-    assert p.kv_capacity_tokens == 27_864 * 16
-    # One 131072-token sequence needs 8192 blocks: 27864 // 8192 = 3 fit at once.
-    assert p.max_concurrent_seqs[131_072] == 27_864 // 8192 == 3
-    assert p.max_concurrent_seqs[1024] == 27_864 // 64
+    assert p.num_blocks == math.floor(kv / block_bytes) == 27_655
+    assert p.kv_capacity_tokens == 27_655 * 16
+    # One 131072-token sequence needs 8192 blocks: 27655 // 8192 = 3 fit at once.
+    assert p.max_concurrent_seqs[131_072] == 27_655 // 8192 == 3
+    assert p.max_concurrent_seqs[1024] == 27_655 // 64
     assert p.fits
 
 
@@ -262,7 +262,7 @@ def test_llama70_fp8_on_one_h200_fit_boundary() -> None:
     activation = 8192 * 2 * (2 * H70 + 3 * I70) + 2 * 4 * 1024 * V70
     reserve = 0.5 * GIB
     one_sequence = 131_072 * 2 * NKV70 * HD70 * L70 * 2  # bf16 KV at max_model_len, 8192 blocks
-    threshold = (weights + activation + reserve + one_sequence) / (140.4 * GIB)
+    threshold = (weights + activation + reserve + one_sequence) / (143771 * 2**20 - 0.5 * GIB)
     assert 0.75 < threshold < 0.85
     at = plan("Llama-3.1-70B", "h200", quantization="fp8", gpu_memory_utilization=threshold)
     assert at.stages[0].weights.total_bytes == weights

@@ -3,6 +3,8 @@ figure, which bound dominates where, and how CUDA graphs and pipelines enter a s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inferplan.memory.plan import weight_formats_for
@@ -195,6 +197,24 @@ def test_decode_past_the_largest_cuda_graph_runs_eager() -> None:
         - graphs.step_time(decode(8, 100)).by_bound_s["overhead"]
     )
     assert gap == pytest.approx(eff.eager_layer_overhead_s * 32)
+
+
+def test_layer_overhead_is_paid_per_layer_every_step() -> None:
+    """A fixed time per layer and step (kernel floors, CUDA graphs or not): 32 layers of
+    Llama-3.1-8B add 32 x its value to every step's overhead, decode or prefill alike."""
+    base = roofline("Llama-3.1-8B")
+    slower = RooflineModel(
+        base.spec,
+        base.gpu,
+        base.par,
+        base.formats,
+        base.kv,
+        replace(base.eff, layer_overhead_s=5e-6),
+    )
+    for batch in (decode(8, 1000), decode(700, 1000), prefill(512)):
+        added = slower.step_time(batch).by_bound_s["overhead"]
+        added -= base.step_time(batch).by_bound_s["overhead"]
+        assert added == pytest.approx(32 * 5e-6)
 
 
 def test_pipeline_micro_batches_in_flight_cost_pp_stage_times() -> None:

@@ -35,6 +35,11 @@ KV_VALUES_PER_TOKEN = {
     "DeepSeek-V3": (512 + 64) * 61,  # latent + decoupled RoPE key, one copy per layer
     "DeepSeek-R1": (512 + 64) * 61,
     "Kimi-K2-Instruct": (512 + 64) * 61,
+    "DeepSeek-V3.2": (512 + 64) * 61,  # the DSA indexer's own small key cache not modelled
+    "Qwen3-14B": 2 * 8 * 128 * 40,
+    "Mixtral-8x22B-v0.1": 2 * 8 * 128 * 56,
+    "Llama-4-Scout-17B-16E-Instruct": 2 * 8 * 128 * 48,  # chunked-attention layers counted full
+    "Qwen3-VL-30B-A3B": 2 * 4 * 128 * 48,
 }
 
 

@@ -32,6 +32,14 @@ README_TOTALS = {
     "DeepSeek-R1": 671_026_419_200,
     "Kimi-K2-Instruct": 1_026_408_232_448,
     "gemma-3-27b-it": 27_009_346_304,
+    # Added with the published measurements (shared/specs/models/SOURCES-2.md); computed here
+    # from the configs with the same conventions. DeepSeek-V3.2's DSA indexer (about 0.85 B) is
+    # not modelled, so its count is V3's; Llama 4 Scout has one shared expert per MoE layer.
+    "DeepSeek-V3.2": 671_026_419_200,
+    "Qwen3-14B": 14_768_307_200,
+    "Mixtral-8x22B-v0.1": 140_620_634_112,
+    "Llama-4-Scout-17B-16E-Instruct": 107_769_861_120,
+    "Qwen3-VL-30B-A3B": 30_532_122_624,
 }
 
 # README "computed active" column (embedding included); dense models: active == total.
@@ -43,6 +51,10 @@ README_ACTIVE = {
     "Qwen3-235B-A22B": 22.19e9,
     "Qwen3-Next-80B-A3B-Thinking": 3.88e9,
     "Mixtral-8x7B-v0.1": 12.88e9,
+    "DeepSeek-V3.2": 37.55e9,
+    "Mixtral-8x22B-v0.1": 39.15e9,
+    "Llama-4-Scout-17B-16E-Instruct": 17.17e9,
+    "Qwen3-VL-30B-A3B": 3.35e9,
     "gpt-oss-120b": 5.71e9,
     "gpt-oss-20b": 4.19e9,
 }

@@ -17,16 +17,34 @@ from inferplan.specs.kv import sequence_kv_bytes
 from inferplan.specs.parallel import Parallelism
 
 
+def _no_kv_left(plan: MemoryPlan, weights: float, activation: float, reserve: float) -> str:
+    """What leaves no KV pool, by the engine's rule (``memory/plan.py``)."""
+    cfg, total_gib = plan.config, plan.gpu.memory_bytes / GIB
+    if cfg.mem_fraction_static is not None:  # SGLang: activations live outside the fraction
+        need, what = (weights + reserve) / GIB, "weights and runtime"
+        budget, rule = (
+            cfg.mem_fraction_static * total_gib,
+            f"mem_fraction_static {cfg.mem_fraction_static:g}",
+        )
+    elif cfg.kv_cache_free_gpu_mem_fraction is not None:  # TensorRT-LLM: what is free at all
+        need, what = (weights + activation + reserve) / GIB, "weights, activations and runtime"
+        budget, rule = total_gib, "the whole device"
+    else:
+        need, what = (weights + activation + reserve) / GIB, "weights, activations and runtime"
+        budget = cfg.gpu_memory_utilization * total_gib
+        rule = f"{cfg.gpu_memory_utilization:g} x {total_gib:.1f} GiB"
+    return (
+        f"{what} need {need:.1f} GiB per device, {need - budget + 0.0:.1f} GiB more than the "
+        f"{budget:.1f} GiB budget ({rule})"
+    )
+
+
 def shortfall(plan: MemoryPlan) -> str:
     """One sentence: what does not fit and by how much (per device)."""
     stage = min(plan.stages, key=lambda s: s.kv_bytes)
-    budget_gib = plan.budget_bytes / GIB
     if stage.kv_bytes <= 0:
-        need = (stage.weights.total_bytes + stage.activation_bytes + stage.reserve_bytes) / GIB
-        return (
-            f"weights, activations and runtime need {need:.1f} GiB per device, "
-            f"{need - budget_gib + 0.0:.1f} GiB more than the {budget_gib:.1f} GiB budget "
-            f"({plan.config.gpu_memory_utilization:g} x {plan.gpu.memory_bytes / GIB:.1f} GiB)"
+        return _no_kv_left(
+            plan, stage.weights.total_bytes, stage.activation_bytes, stage.reserve_bytes
         )
     per_seq = max(
         sequence_kv_bytes(

@@ -6,6 +6,14 @@ graphs are captured afterwards, in the ``1 - utilization`` headroom. Blocks:
 ``num_blocks = floor(KV / (block_size * KV bytes per token on this device))``; with pipeline
 parallelism the replica has the smallest stage's block count.
 
+Each engine sizes its KV pool by its own rule, chosen by which fraction the config carries:
+- vLLM (neither set): ``total * gpu_memory_utilization - weights - activation - non-torch``;
+- TensorRT-LLM (``kv_cache_free_gpu_mem_fraction``): that fraction of the memory still free after
+  weights, the warm-up's activations and runtime buffers (``KvCacheCreator``, ``_util.py``);
+- SGLang (``mem_fraction_static``): weights and KV pool together take that fraction of the
+  memory at start, so ``KV = total * fraction - weights - non-torch`` (``model_runner.py``
+  ``profile_max_num_token``); activations and CUDA graphs live in the rest.
+
 Two estimates stand in for what vLLM measures at start-up (see ``docs/modeling.md``):
 - activation peak of the profiling forward over ``max_num_batched_tokens`` tokens: the residual
   stream and hidden state plus the widest intermediate (QKV, SwiGLU gate/up, or fused-MoE caches
@@ -46,11 +54,21 @@ class MemoryConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     block_size: int = 16
+    kv_cache_free_gpu_mem_fraction: float | None = None  # TensorRT-LLM's rule when set
+    mem_fraction_static: float | None = None  # SGLang's rule when set
 
     def __post_init__(self) -> None:
-        if not 0 < self.gpu_memory_utilization <= 1:
+        for flag, fraction in (
+            ("--gpu-memory-utilization", self.gpu_memory_utilization),
+            ("--kv-cache-free-gpu-mem-fraction", self.kv_cache_free_gpu_mem_fraction),
+            ("--mem-fraction-static", self.mem_fraction_static),
+        ):
+            if fraction is not None and not 0 < fraction <= 1:
+                raise InferplanError(f"{flag}: must be in (0, 1], got {fraction}")
+        if self.kv_cache_free_gpu_mem_fraction is not None and self.mem_fraction_static:
             raise InferplanError(
-                f"--gpu-memory-utilization: must be in (0, 1], got {self.gpu_memory_utilization}"
+                "--kv-cache-free-gpu-mem-fraction (TensorRT-LLM) and --mem-fraction-static "
+                "(SGLang) are two engines' rules: give one"
             )
         for flag, value in (
             ("--max-num-batched-tokens", self.max_num_batched_tokens),
@@ -85,7 +103,7 @@ class MemoryPlan:
     weight_formats: WeightFormats
     kv_format: NumberFormat
     max_model_len: int
-    budget_bytes: float  # per device: total x utilisation
+    budget_bytes: float  # per device: what the engine claims (vLLM: total x utilisation)
     stages: tuple[StagePlan, ...]
     kv_bytes_per_token: float  # whole model, one sequence, chosen KV dtype
     num_blocks: int  # per replica
@@ -143,6 +161,18 @@ def activation_peak_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) 
     return forward + sampler
 
 
+def kv_pool_bytes(
+    total_bytes: float, cfg: MemoryConfig, weights: float, activation: float, reserve: float
+) -> float:
+    """One device's KV pool by its engine's rule (module docstring)."""
+    if cfg.kv_cache_free_gpu_mem_fraction is not None:
+        free = total_bytes - weights - activation - reserve
+        return cfg.kv_cache_free_gpu_mem_fraction * free
+    if cfg.mem_fraction_static is not None:
+        return total_bytes * cfg.mem_fraction_static - weights - reserve
+    return total_bytes * cfg.gpu_memory_utilization - weights - activation - reserve
+
+
 def _stage_plans(
     spec: ModelSpec,
     gpu: GpuSpec,
@@ -151,7 +181,6 @@ def _stage_plans(
     fmt: WeightFormats,
     kv: NumberFormat,
 ) -> tuple[StagePlan, ...]:
-    budget = gpu.memory_bytes * cfg.gpu_memory_utilization
     reserve = RUNTIME_RESERVE_BYTES + (COMM_RESERVE_BYTES if par.devices_per_replica > 1 else 0)
     activation = activation_peak_bytes(spec, par, cfg)
     plans = []
@@ -161,7 +190,7 @@ def _stage_plans(
         layers: tuple[LayerGroup, ...] = spec.layers[start : start + count]
         start += count
         weights = stage_weights(spec, par, fmt, layers, is_first=i == 0, is_last=i == par.pp - 1)
-        kv_bytes = budget - weights.total_bytes - activation - reserve
+        kv_bytes = kv_pool_bytes(gpu.memory_bytes, cfg, weights.total_bytes, activation, reserve)
         per_token = (
             sum(kv_values_per_token(g.attention, par.tp) for g in layers) * kv.bytes_per_value
         )
@@ -210,6 +239,17 @@ def _max_concurrency(
     return out
 
 
+def _budget_bytes(gpu: GpuSpec, cfg: MemoryConfig, stages: tuple[StagePlan, ...]) -> float:
+    if cfg.mem_fraction_static is not None:
+        return gpu.memory_bytes * cfg.mem_fraction_static
+    if cfg.kv_cache_free_gpu_mem_fraction is not None:
+        return max(
+            s.weights.total_bytes + s.activation_bytes + s.reserve_bytes + max(s.kv_bytes, 0.0)
+            for s in stages
+        )
+    return gpu.memory_bytes * cfg.gpu_memory_utilization
+
+
 def plan_memory(
     spec: ModelSpec,
     gpu: GpuSpec,
@@ -236,7 +276,7 @@ def plan_memory(
         weight_formats=fmt,
         kv_format=kv,
         max_model_len=max_model_len,
-        budget_bytes=gpu.memory_bytes * cfg.gpu_memory_utilization,
+        budget_bytes=_budget_bytes(gpu, cfg, stages),
         stages=stages,
         kv_bytes_per_token=kv_bytes_per_token(spec, kv),
         # DP attention: each data-parallel rank keeps the KV of its own sequences.

@@ -41,6 +41,7 @@ class _EfficiencyFile(BaseModel):
     per_seq_overhead_s: float = Field(ge=0)
     eager_layer_overhead_s: float = Field(ge=0)
     elementwise_passes: float = Field(ge=0)
+    layer_overhead_s: float = Field(default=0.0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Efficiency:
     per_seq_overhead_s: float  # per scheduled sequence and step
     eager_layer_overhead_s: float  # kernel launches per layer outside CUDA graphs
     elementwise_passes: float  # hidden-state reads+writes per layer for norms, residuals, RoPE
+    # Per layer and step, CUDA graphs or not: each of a layer's kernels takes a few microseconds
+    # however little it does (launch, synchronisation, tail), which the roofline of tiny
+    # decode GEMMs and collectives does not see.
+    layer_overhead_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -470,6 +470,7 @@ class RooflineModel:
         dpa = self.par.attention_dp
         seqs = (batch.num_decode_seqs + batch.num_prefill_seqs) / dpa
         overhead = self.eff.step_overhead_s + self.eff.per_seq_overhead_s * seqs
+        overhead += self.eff.layer_overhead_s * self.stage_layers
         eager = (
             not self.cuda_graphs
             or batch.prefill_tokens > 0

@@ -31,6 +31,7 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
+from inferplan.plan.published_runs import release_cpu_costs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.parallel import Parallelism
@@ -175,7 +176,15 @@ def _trtllm_runs(case: dict[str, Any]) -> list[Run]:
             max_model_len=input_len + output_len,
         )
         deployment = Deployment(
-            case["model"], case["gpu"], tp, 1, "fp8", "fp8", memory, engine="trtllm"
+            case["model"],
+            case["gpu"],
+            tp,
+            1,
+            "fp8",
+            "fp8",
+            memory,
+            engine="trtllm",
+            cpu_costs="trtllm-pytorch",  # the perf overview's PyTorch backend
         )
         runs.append(
             Run(
@@ -259,6 +268,7 @@ def _mlperf_runs(case: dict[str, Any]) -> list[Run]:
         "fp8",
         memory,
         engine="trtllm",
+        cpu_costs="trtllm-cpp",  # the MLPerf harness runs TensorRT engines from C++
     )
     output_mean = synthetic.lognormal_mean_for_capped(290.0, 1.0, 1024)
     assumptions = (
@@ -355,7 +365,8 @@ def engine_cpu_costs() -> dict[str, dict[str, float]]:
     """Per-step CPU costs of engine releases that differ from the GPU family's."""
     text = resources.files("inferplan.plan").joinpath("data/engine_cpu_costs.yaml").read_text()
     costs: dict[str, dict[str, float]] = yaml.safe_load(text)
-    return costs
+    # TensorRT-LLM's releases, fitted on the published table (scripts/fit_published.py).
+    return {**release_cpu_costs(), **costs}
 
 
 def deployment_efficiency(deployment: Deployment, efficiency: Efficiency) -> Efficiency:

@@ -84,7 +84,7 @@ def memory_tables(plan: MemoryPlan) -> Group:
     budget.add_column("item")
     budget.add_column("GiB", justify="right")
     budget.add_row("device memory", _gib(plan.gpu.memory_bytes))
-    budget.add_row(f"budget (x{plan.config.gpu_memory_utilization:g})", _gib(plan.budget_bytes))
+    budget.add_row(_budget_label(plan), _gib(plan.budget_bytes))
     for name, value in sorted(heaviest.weights.by_component_bytes.items()):
         if value:
             budget.add_row(f"  weights: {name}", _gib(value))
@@ -102,3 +102,13 @@ def memory_tables(plan: MemoryPlan) -> Group:
     for context, seqs in plan.max_concurrent_seqs.items():
         kv.add_row(f"max concurrent seqs @ {context:,} tokens", f"{seqs:,}")
     return Group(params, budget, kv)
+
+
+def _budget_label(plan: MemoryPlan) -> str:
+    """The engine rule's name for what it claims (``memory/plan.py``)."""
+    cfg = plan.config
+    if cfg.mem_fraction_static is not None:
+        return f"budget (mem_fraction_static {cfg.mem_fraction_static:g})"
+    if cfg.kv_cache_free_gpu_mem_fraction is not None:
+        return f"used (KV {cfg.kv_cache_free_gpu_mem_fraction:g} of what is free)"
+    return f"budget (x{cfg.gpu_memory_utilization:g})"

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from inferplan.plan.published_runs import RowResult, error_summary
 from inferplan.plan.validation import Result
 
 KINDS = ("throughput", "ttft", "tpot", "e2e")
@@ -95,3 +96,65 @@ def calibration_table(report: dict[str, Any]) -> Group:
     for name, value in report["constants"].items():
         constants.add_row(name, f"{value:.4g}")
     return Group(table, constants)
+
+
+def published_json(results: list[RowResult]) -> dict[str, Any]:
+    """Every published row: measured, predicted and error, or the reason it was not simulated."""
+    rows = []
+    for r in results:
+        rows.append(
+            {
+                "line": r.row.line,
+                "case": r.row.case_id,
+                "engine": r.row.engine,
+                "gpu": r.row.gpu,
+                "model": r.row.model,
+                "metric": r.row.metric,
+                "family": r.row.family,
+                "measured": r.row.value,
+                "predicted": r.predicted,
+                "error": r.error,
+                "skipped": r.reason,
+            }
+        )
+    skipped: dict[str, int] = {}
+    for r in results:
+        if r.reason is not None:
+            skipped[r.reason] = skipped.get(r.reason, 0) + 1
+    return {
+        "summary": error_summary(results),
+        "num_rows": len(results),
+        "num_predicted": sum(r.predicted is not None for r in results),
+        "skipped_reasons": skipped,
+        "rows": rows,
+    }
+
+
+def published_tables(data: dict[str, Any]) -> Group:
+    """Per case and metric family the median error; the summary; why rows were skipped."""
+    by_case: dict[tuple[str, str], list[float]] = {}
+    for row in data["rows"]:
+        if row["error"] is not None:
+            by_case.setdefault((row["case"], row["family"]), []).append(abs(row["error"]))
+    cases = Table(title="median |error| per configuration", title_justify="left")
+    for col in ("case", "family", "rows", "median |error|"):
+        cases.add_column(col, justify="left" if col in ("case", "family") else "right")
+    for (case, family), errors in by_case.items():
+        cases.add_row(case, family, str(len(errors)), f"{statistics.median(errors):.1%}")
+    summary = Table(title="absolute error by metric family", title_justify="left")
+    for col in ("family", "n", "median", "p90", "max"):
+        summary.add_column(col, justify="right")
+    for family, s in data["summary"].items():
+        summary.add_row(
+            family,
+            str(s["n"]),
+            f"{s['median_abs_error']:.1%}",
+            f"{s['p90_abs_error']:.1%}",
+            f"{s['max_abs_error']:.1%}",
+        )
+    skipped = Table(title="rows not simulated, and why", title_justify="left")
+    skipped.add_column("reason")
+    skipped.add_column("rows", justify="right")
+    for reason, count in data["skipped_reasons"].items():
+        skipped.add_row(reason, str(count))
+    return Group(cases, summary, skipped)

@@ -20,6 +20,7 @@ from inferplan.specs.model import ModelSpec, parse_config
 BUNDLED_MODELS: dict[str, str] = {
     "DeepSeek-R1": "deepseek-ai",
     "DeepSeek-V3": "deepseek-ai",
+    "DeepSeek-V3.2": "deepseek-ai",
     "Kimi-K2-Instruct": "moonshotai",
     "Llama-2-7b-hf": "meta-llama",
     "Llama-2-70b-hf": "meta-llama",
@@ -29,6 +30,10 @@ BUNDLED_MODELS: dict[str, str] = {
     "Mistral-7B-v0.1": "mistralai",
     "Mistral-7B-v0.3": "mistralai",
     "Mixtral-8x7B-v0.1": "mistralai",
+    "Mixtral-8x22B-v0.1": "mistralai",
+    "Llama-4-Scout-17B-16E-Instruct": "meta-llama",
+    "Qwen3-14B": "Qwen",
+    "Qwen3-VL-30B-A3B": "Qwen",
     "Qwen3-8B": "Qwen",
     "Qwen3-32B": "Qwen",
     "Qwen3-30B-A3B": "Qwen",

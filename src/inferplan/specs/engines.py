@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferplan.errors import InferplanError
-from inferplan.specs.hardware import GIB, GpuSpec
+from inferplan.specs.hardware import CUDA_DRIVER_RESERVE_BYTES, GIB, GpuSpec
 
 ENGINES = ("vllm", "sglang", "trtllm")
+TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9  # llm_args.py KvCacheConfig.free_gpu_memory_fraction
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,27 @@ class EngineDefaults:
     max_num_seqs: int
     block_size: int
     gpu_memory_utilization: float
+
+
+def sglang_mem_fraction_static(gpu: GpuSpec, tp: int, pp: int = 1) -> float:
+    """SGLang 0.5.4's default ``mem_fraction_static`` (``server_args.py``
+    ``_handle_gpu_memory_settings``): ``round((M - R) / M, 3)`` with ``M`` the device's MiB and
+    ``R = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8`` MiB, at least
+    10,240 on parts above 60 GiB: 0.835 on an H100 at TP1, 0.907 on an H200."""
+    reported = gpu.memory_bytes + (CUDA_DRIVER_RESERVE_BYTES if gpu.vendor == "nvidia" else 0.0)
+    memory_mib = reported / 2**20  # SGLang reads nvidia-smi's total
+    gib = gpu.memory_bytes / GIB
+    chunk = engine_defaults("sglang", gpu).max_num_batched_tokens
+    if gib < 60:
+        graph_bs = 32 if tp < 4 else 160
+    elif gib < 160:
+        graph_bs = 256 if tp < 4 else 512
+    else:
+        graph_bs = 512
+    reserve = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * tp * pp / 8
+    if gib > 60:
+        reserve = max(reserve, 10240)
+    return round((memory_mib - reserve) / memory_mib, 3)
 
 
 def engine_defaults(engine: str, gpu: GpuSpec) -> EngineDefaults:

@@ -2,9 +2,13 @@
 
 The catalog's figures are published ones, each with its source in the file. Units there are
 decimal (GB = 1e9 B, TB/s = 1e12 B/s); dense peaks per dtype (no 2:4 sparsity); ``unidir_gbps``
-is one direction of a link. Usable memory is the driver-visible total where the catalog records
-it (``usable_gib``, H100 and H200), else the nominal capacity in decimal GB, which for HBM parts
-is a slight under-estimate (the stacks are sized in GiB; the driver reserves some of it).
+is one direction of a link. ``capacity_gb`` is a marketing label, not a byte count: a device's
+memory is the total that ``nvidia-smi`` / ``rocm-smi`` reports (``reported_mib``) less what the
+CUDA driver keeps for itself before an engine sees it (``CUDA_DRIVER_RESERVE_BYTES``: vLLM logs
+``total_gpu_memory`` 79.11-79.22 GiB on an H100 that reports 81,559 MiB = 79.65 GiB, and
+139.81 GiB on an H200 that reports 143,771 MiB = 140.40 GiB; the catalog's comments cite
+them). ROCm's figure is already what the framework sees. Parts without ``reported_mib`` fall back
+to ``usable_gib`` (a user's file) or the nominal capacity in decimal GB.
 
 A user's file uses the same schema: either a whole catalog (``accelerators: {name: {...}}``) or
 one accelerator's mapping at the top level. Required: ``memory.capacity_gb``,
@@ -27,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from inferplan.errors import InferplanError
 
 GIB = 1024**3
+MIB = 1024**2
+CUDA_DRIVER_RESERVE_BYTES = 0.5 * GIB  # reported total - what cudaMemGetInfo gives an engine
 
 # Short names -> catalog keys: the SXM/HGX parts where there is a choice.
 SHORT_NAMES: dict[str, str] = {
@@ -54,6 +60,7 @@ class _Memory(BaseModel):
     capacity_gb: float = Field(gt=0)
     bandwidth_tbps: float = Field(gt=0)
     usable_gib: float | None = Field(default=None, gt=0)
+    reported_mib: float | None = Field(default=None, gt=0)
 
 
 class _Link(BaseModel):
@@ -130,6 +137,16 @@ def _default_price(prices: list[dict[str, Any]]) -> float | None:
     return float(statistics.median(pool)) if pool else None
 
 
+def device_memory_bytes(memory: _Memory, vendor: str) -> float:
+    """What an engine sees as the device's total (module docstring)."""
+    if memory.reported_mib:
+        reserve = CUDA_DRIVER_RESERVE_BYTES if vendor == "nvidia" else 0.0
+        return memory.reported_mib * MIB - reserve
+    if memory.usable_gib:
+        return memory.usable_gib * GIB
+    return memory.capacity_gb * 1e9
+
+
 def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
     peaks = {k: float(v) * 1e12 for k, v in acc.compute_dense_tflops.items() if v is not None}
     if not any(k in peaks for k in ("bf16", "fp16", "fp8", "fp32", "tf32")):
@@ -137,9 +154,7 @@ def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
             f"{source}: accelerator {key!r}: compute_dense_tflops needs at least one of "
             "bf16, fp16, fp8, fp32, tf32"
         )
-    memory_bytes = (
-        acc.memory.usable_gib * GIB if acc.memory.usable_gib else acc.memory.capacity_gb * 1e9
-    )
+    memory_bytes = device_memory_bytes(acc.memory, acc.vendor)
     return GpuSpec(
         key=key,
         name=acc.name or key,

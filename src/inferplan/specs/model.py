@@ -17,6 +17,7 @@ error naming the missing field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +27,14 @@ AttentionKind = Literal["gqa", "mla", "linear"]
 FfnKind = Literal["dense", "moe"]
 
 # Families whose attention normalises q and k per head (adds 2 * head_dim weights per layer).
-_QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+_QK_NORM_FAMILIES = {
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_vl_moe_text",
+    "gemma3",
+    "gemma3_text",
+}
 # Families with four RMSNorms per layer (pre/post attention and pre/post FFN).
 _FOUR_NORM_FAMILIES = {"gemma2", "gemma3", "gemma3_text"}
 # Families with biases on q/k/v only.
@@ -347,7 +355,10 @@ def _is_sparse_layer(f: _Fields, i: int) -> bool:
     mlp_only = f.cfg.get("mlp_only_layers") or []
     if i in mlp_only:
         return False
-    step = f.get_int("decoder_sparse_step", 1) if f.has("decoder_sparse_step") else 1
+    step = 1
+    for key in ("decoder_sparse_step", "interleave_moe_layer_step"):  # Qwen2-MoE, Llama 4
+        if f.has(key):
+            step = f.get_int(key, 1)
     freq = f.get_int("moe_layer_freq", 1) if f.has("moe_layer_freq") else 1
     return (i + 1) % step == 0 and i % freq == 0
 
@@ -362,7 +373,9 @@ def _layer_ffns(f: _Fields, model_type: str, num_layers: int) -> list[FfnSpec]:
             moe = moe or _moe_ffn(f, model_type, num_experts)
             out.append(moe)
         else:
-            dense = dense or FfnSpec(kind="dense", intermediate_size=f.get_int("intermediate_size"))
+            # Llama 4 names its dense layers' width intermediate_size_mlp (the other is an expert's)
+            width = f.opt_int("intermediate_size_mlp") or f.get_int("intermediate_size")
+            dense = dense or FfnSpec(kind="dense", intermediate_size=width)
             out.append(dense)
     return out
 
@@ -379,7 +392,11 @@ def _moe_ffn(f: _Fields, model_type: str, num_experts: int) -> FfnSpec:
         shared = f.get_int("n_shared_experts", minimum=0) * width
     elif f.has("shared_expert_intermediate_size"):
         shared = f.get_int("shared_expert_intermediate_size", minimum=0)
-    router_bias = num_experts if model_type in {"gpt_oss", "deepseek_v3", "kimi_k2"} else 0
+    elif model_type == "llama4_text":  # every Llama 4 MoE layer has one shared expert
+        shared = width
+    router_bias = (
+        num_experts if model_type in {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"} else 0
+    )
     if model_type in {"deepseek_v2"}:
         router_bias = 0
     return FfnSpec(
@@ -419,11 +436,21 @@ def _parse_vision(cfg: dict[str, Any], source: str) -> VisionSpec | None:
     if not isinstance(vision, dict):
         return None
     f = _Fields(vision, f"{source} (vision_config)")
+    patch = f.get_int("patch_size")
+    if f.has("image_size"):
+        image = f.get_int("image_size")
+        tokens = int(cfg.get("mm_tokens_per_image", 256))
+    else:
+        # Qwen-VL towers take any resolution; their position table fixes the native grid
+        # (num_position_embeddings patches), and spatial_merge_size^2 patches make one token.
+        grid = math.isqrt(f.get_int("num_position_embeddings"))
+        image = grid * patch
+        tokens = (grid // f.get_int("spatial_merge_size", 1)) ** 2
     return VisionSpec(
         hidden_size=f.get_int("hidden_size"),
         intermediate_size=f.get_int("intermediate_size"),
-        num_layers=f.get_int("num_hidden_layers"),
-        patch_size=f.get_int("patch_size"),
-        image_size=f.get_int("image_size"),
-        tokens_per_image=int(cfg.get("mm_tokens_per_image", 256)),
+        num_layers=f.get_int("depth" if f.has("depth") else "num_hidden_layers"),
+        patch_size=patch,
+        image_size=image,
+        tokens_per_image=tokens,
     )

@@ -1,0 +1,391 @@
+"""Predicting published measurements: each run's deployment, workload and predicted numbers.
+
+A run (rows sharing a configuration and workload point, ``published.py``) becomes a memory plan
+with its engine's memory rule and limits, and one of two predictions:
+
+- **Steady state, closed form**, for ``trtllm-bench`` offline throughput on fixed lengths (every
+  request the same, all queued at t = 0, EOS ignored). TensorRT-LLM's guaranteed-no-evict
+  scheduler runs ``B = min(max_batch_size, requests, KV blocks / blocks of ISL + OSL)``
+  requests at once (it reserves each request's full ``max_tokens``). A wave of ``B`` requests
+  takes its prefill steps (``max_num_tokens // ISL`` prompts each, without chunking, beside the
+  decodes of the prompts already in) plus ``OSL - 1`` decode steps of ``B`` sequences at the mean
+  context ``ISL + OSL / 2``; ``N / B`` waves make the run. Step times come from the same
+  step-time model the simulator uses; the run costs a few step evaluations, not a simulation.
+- **Simulation**, for everything with latencies, arrivals or varying lengths (``vllm bench
+  serve`` runs, online serving tables): the event-driven engine with the engine's scheduler
+  (SGLang's scheduling is not emulated yet: its runs use vLLM's continuous batching with SGLang's
+  memory rule, and the assumption is listed).
+
+Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
+runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
+lengths lognormal (sigma 1) with the published means; ``random`` inputs at the published mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from inferplan.engine.session import ServingOptions, simulate
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.metrics.summary import summarize
+from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.efficiency import Efficiency, efficiency_for
+from inferplan.perf.factory import build_step_model
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.plan.published import (
+    ENGINES,
+    WEIGHT_DTYPES,
+    PublishedRow,
+    bundled_model_name,
+    skip_reason,
+)
+from inferplan.specs.catalog import load_model
+from inferplan.specs.engines import engine_defaults, sglang_mem_fraction_static
+from inferplan.specs.hardware import GIB, load_gpu
+from inferplan.specs.parallel import Parallelism
+from inferplan.specs.params import count_params
+from inferplan.workload import synthetic
+from inferplan.workload.request import Workload
+
+SHAREGPT_SIGMA = 1.0
+SHAREGPT_MAX_TOKENS = 4096
+QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many requests
+
+
+def engine_release(row: PublishedRow) -> str | None:
+    """Which host-side cost class a row's engine belongs to (``data/published_cpu_costs.yaml``):
+    TensorRT-LLM's C++ engine flow (0.14, 0.17) or its PyTorch backend (0.19 on), whose Python
+    executor does per-request work on every step."""
+    if row.engine != "tensorrt-llm":
+        return None
+    version = row.engine_version.split("@")[0]
+    if version.startswith(("0.14", "0.17")):
+        return "trtllm-cpp"
+    return "trtllm-pytorch"
+
+
+@cache
+def release_cpu_costs() -> dict[str, dict[str, float]]:
+    """Fitted per-step and per-sequence host costs by engine release (scripts/fit_published.py)."""
+    path = resources.files("inferplan.plan").joinpath("data/published_cpu_costs.yaml")
+    if not path.is_file():
+        return {}
+    costs: dict[str, dict[str, float]] = yaml.safe_load(path.read_text()) or {}
+    return costs
+
+
+def row_efficiency(row: PublishedRow, family: Efficiency) -> Efficiency:
+    """``family`` with the row's engine-release host costs, where they were fitted."""
+    release = engine_release(row)
+    costs = release_cpu_costs().get(release, {}) if release else {}
+    return replace(family, **costs) if costs else family
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """One run's deployment as inferplan models it."""
+
+    model: str
+    gpu: str
+    engine: str
+    par: Parallelism
+    memory: MemoryConfig
+    closed_form: bool
+
+
+def _bytes_per_value(dtype: str) -> float:
+    return {"nvfp4": 0.5, "mxfp4": 0.5, "fp8": 1.0}.get(dtype, 2.0)
+
+
+def trtllm_bench_limits(
+    row: PublishedRow, model: str, kv_bytes: float, fraction: float
+) -> tuple[int, int]:
+    """``trtllm-bench``'s (max_batch_size, max_num_tokens) for fixed lengths without chunked
+    context (its ``tuning.py`` heuristic, on the device's reported total)."""
+    spec = load_model(model)
+    isl, osl = row.input_len or 1, row.output_len or 1
+    attention = [g for g in spec.layer_groups if g.attention.kind != "linear"]
+    att = attention[0].attention
+    layers = sum(g.num_layers for g in attention)
+    kv_gib_per_token = 2 * layers * max(row.tp, att.num_kv_heads) * att.head_dim * kv_bytes / GIB
+    weights_gib = count_params(spec).total * _bytes_per_value(row.weights_dtype) / GIB
+    total_gib = (load_gpu(row.gpu).memory_bytes + 0.5 * GIB) / GIB * row.tp * row.pp
+    cache_gib = max(total_gib - weights_gib, 0.0) * fraction
+    batch = min(cache_gib / (kv_gib_per_token * (isl + osl)), 4096) / row.pp
+    tokens = min(batch * (1 + isl / osl), 32768)
+    if batch < 256:
+        max_batch = max(64, 32 * math.ceil(batch / 32))
+    elif batch < 1024:
+        max_batch = 128 * math.ceil(batch / 128)
+    else:
+        max_batch = 256 * math.ceil(batch / 256)
+    if tokens < 4096:
+        max_tokens = max(2048, 256 * math.ceil(tokens / 256))
+    elif tokens < 8192:
+        max_tokens = 512 * math.ceil(tokens / 512)
+    else:
+        max_tokens = 1024 * math.ceil(tokens / 1024)
+    return max_batch, max(max_tokens, isl + max_batch)
+
+
+def _parallelism(row: PublishedRow) -> Parallelism:
+    dp_attention = row.attention_dp or row.settings.get("enable_dp_attention") == "true"
+    ep = row.ep or int(row.settings.get("ep_size", "1") or 1)
+    if dp_attention:  # attention data-parallel over the group, experts across it
+        return Parallelism(tp=1, pp=row.pp, dp=row.tp, enable_expert_parallel=True)
+    return Parallelism(tp=row.tp, pp=row.pp, enable_expert_parallel=ep > 1)
+
+
+def _kv_dtype(row: PublishedRow) -> str:
+    if row.kv_cache_dtype == "fp8":
+        return "fp8"
+    if row.engine == "tensorrt-llm" and row.weights_dtype in ("fp8", "nvfp4"):
+        return "fp8"  # ModelOpt checkpoints declare FP8 KV; TensorRT-LLM follows them
+    return "auto"
+
+
+def _quantization(row: PublishedRow, model: str) -> str | None:
+    wanted = WEIGHT_DTYPES[row.weights_dtype]
+    native = load_model(model).quantization
+    if wanted is not None and native is not None and native.method == wanted:
+        return None  # the checkpoint's own format (gpt-oss MXFP4, DeepSeek FP8)
+    if native is not None and native.method == "mxfp4" and wanted == "fp8":
+        # gpt-oss on Hopper, labelled "FP8" by TensorRT-LLM: its checkpoints carry MXFP4 experts
+        # (published.md), which Hopper dequantises to BF16 tensor cores; nothing is FP8 there.
+        return None
+    return wanted
+
+
+def run_setup(row: PublishedRow) -> RunSetup:
+    """The deployment of ``row``'s run (see the module docstring for what is assumed)."""
+    model = bundled_model_name(row.model) or row.model
+    gpu = load_gpu(row.gpu)
+    engine = ENGINES[row.engine]
+    par = _parallelism(row)
+    defaults = engine_defaults(engine, gpu)
+    closed_form = row.scenario == "offline" and row.dataset == "fixed" and engine == "trtllm"
+    kv = _kv_dtype(row)
+    longest = (row.input_len or 0) + (row.output_len or 0)
+    max_len = int(row.settings.get("max_model_len") or row.settings.get("max_seq_len") or 0)
+    memory = MemoryConfig(
+        quantization=_quantization(row, model),
+        kv_cache_dtype=kv,
+        max_model_len=max_len or max(longest, SHAREGPT_MAX_TOKENS * 2),
+        max_num_batched_tokens=defaults.max_num_batched_tokens,
+        max_num_seqs=defaults.max_num_seqs,
+        block_size=defaults.block_size,
+    )
+    if engine == "trtllm":
+        fraction = 0.95 if "0.95" in row.settings.get("kv_cache_free_gpu_mem_fraction", "") else 0.9
+        memory = replace(memory, kv_cache_free_gpu_mem_fraction=fraction)
+        if closed_form:
+            kv_bytes = 1.0 if kv == "fp8" else 2.0
+            batch, tokens = trtllm_bench_limits(row, model, kv_bytes, fraction)
+            memory = replace(memory, max_num_seqs=batch, max_num_batched_tokens=tokens)
+    elif engine == "sglang":
+        fraction = sglang_mem_fraction_static(gpu, par.tp, par.pp)
+        memory = replace(memory, mem_fraction_static=fraction)
+    else:
+        utilization = float(row.settings.get("gpu_memory_utilization", "0.9"))
+        memory = replace(memory, gpu_memory_utilization=utilization)
+    return RunSetup(model, gpu.key, engine, par, memory, closed_form)
+
+
+@cache
+def memory_plan(setup: RunSetup) -> MemoryPlan:
+    return plan_memory(load_model(setup.model), load_gpu(setup.gpu), setup.par, setup.memory)
+
+
+def _prefill_batch(num: int, tokens: int, decodes: int, context: int) -> StepBatch:
+    return StepBatch(
+        prefill_tokens=num * tokens,
+        prefill_attention_pairs=num * chunk_attention_pairs(tokens, 0),
+        num_prefill_seqs=num,
+        num_decode_seqs=decodes,
+        decode_context_tokens=decodes * context,
+    )
+
+
+def steady_state_throughput(
+    plan: MemoryPlan, step: StepTimeModel, isl: int, osl: int, num_requests: int
+) -> tuple[float, float] | None:
+    """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits."""
+    cfg = plan.config
+    blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
+    batch = min(cfg.max_num_seqs, num_requests, plan.num_blocks // blocks_per_request)
+    if batch < 1:
+        return None
+    per_step = max(1, min(batch, cfg.max_num_batched_tokens // max(isl, 1)))
+    # Full prefill steps carry 0, k, 2k, ... decodes: their times are close to affine in that
+    # count, so the midpoint step times their number (exact for an affine step time).
+    full, rest = divmod(batch, per_step)
+    wave_s = 0.0
+    if full:
+        middle = per_step * (full - 1) // 2
+        wave_s += full * step.step_time(_prefill_batch(per_step, isl, middle, isl + 1)).total_s
+    if rest:
+        wave_s += step.step_time(_prefill_batch(rest, isl, full * per_step, isl + 1)).total_s
+    if osl > 1:
+        decode = StepBatch(num_decode_seqs=batch, decode_context_tokens=batch * (isl + osl // 2))
+        wave_s += (osl - 1) * step.step_time(decode).total_s
+    total_s = wave_s * num_requests / batch
+    return num_requests * osl / total_s, num_requests / total_s
+
+
+def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    mean_in = row.input_len_mean or float(row.input_len or 1)
+    mean_out = row.output_len_mean or float(row.output_len or 1)
+    if row.dataset == "sharegpt":
+        cap = SHAREGPT_MAX_TOKENS
+        inputs = synthetic.lognormal_lengths(num, mean_in, SHAREGPT_SIGMA, cap, rng)
+        outputs = synthetic.lognormal_lengths(num, mean_out, SHAREGPT_SIGMA, cap, rng)
+        return inputs, outputs
+    return (
+        np.full(num, max(1, round(mean_in)), dtype=np.int64),
+        np.full(num, max(1, round(mean_out)), dtype=np.int64),
+    )
+
+
+def run_workload(row: PublishedRow, quick: bool) -> Workload:
+    num = row.num_requests or 1000
+    if quick:
+        num = min(num, QUICK_MAX_REQUESTS)
+    rng = np.random.default_rng(0)
+    inputs, outputs = _lengths(row, num, rng)
+    arrivals = synthetic.arrival_times_s(num, row.request_rate, 1.0, rng)
+    return Workload(
+        arrival_s=arrivals,
+        input_tokens=inputs,
+        output_tokens=outputs,
+        class_ids=np.zeros(num, dtype=np.int64),
+        source="published",
+    )
+
+
+def _summary_value(summary: dict[str, object], metric: str) -> float | None:
+    if metric in ("output_throughput", "total_token_throughput", "request_throughput"):
+        value = summary.get(metric)
+    else:
+        name, stat = metric.rsplit("_", 1)
+        value = summary.get(f"{stat}_{name}_ms")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def predict_run(
+    rows: list[PublishedRow], efficiency: Efficiency | None, quick: bool
+) -> dict[str, float | None]:
+    """Predicted value of each metric of one run (rows share ``run_key``), as published:
+    per GPU where the row is per GPU."""
+    first = rows[0]
+    setup = run_setup(first)
+    plan = memory_plan(setup)
+    eff = efficiency or row_efficiency(first, efficiency_for(plan.gpu))
+    step = build_step_model(plan, efficiency=eff)
+    if setup.closed_form:
+        rates = steady_state_throughput(
+            plan, step, first.input_len or 1, first.output_len or 1, first.num_requests or 1000
+        )
+        if rates is None:
+            raise InferplanError("one request's KV does not fit in the pool as modelled")
+        isl = first.input_len or 1
+        summary: dict[str, object] = {
+            "output_throughput": rates[0],
+            "request_throughput": rates[1],
+            "total_token_throughput": rates[0] + rates[1] * isl,
+        }
+    else:
+        options = ServingOptions(
+            engine=setup.engine if setup.engine != "sglang" else "vllm",
+            max_concurrency=first.max_concurrency,
+            data_parallel_size=setup.par.num_replicas,
+        )
+        result = simulate(plan, step, run_workload(first, quick), options)
+        summary = summarize(result.records, result.itl, duration_s=result.duration_s)
+        if not summary.get("completed"):
+            raise InferplanError(
+                "no request completed in the simulation (each was rejected: longer than the "
+                "token budget without chunked prefill, or than the KV pool)"
+            )
+    out = {}
+    for row in rows:
+        value = _summary_value(summary, row.metric)
+        if value is not None and row.per == "gpu" and row.family == "throughput":
+            value /= row.num_gpus
+        out[row.metric] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One published row: its prediction, or why there is none."""
+
+    row: PublishedRow
+    predicted: float | None
+    reason: str | None = None
+
+    @property
+    def error(self) -> float | None:
+        """Signed relative error, (predicted - measured) / measured."""
+        if self.predicted is None:
+            return None
+        return (self.predicted - self.row.value) / self.row.value
+
+
+def group_runs(rows: list[PublishedRow]) -> dict[tuple[object, ...], list[PublishedRow]]:
+    """Rows by run, in file order (each run is prepared and predicted once)."""
+    runs: dict[tuple[object, ...], list[PublishedRow]] = {}
+    for row in rows:
+        runs.setdefault(row.run_key, []).append(row)
+    return runs
+
+
+def validate_rows(
+    rows: list[PublishedRow],
+    *,
+    quick: bool = False,
+    efficiency: Callable[[PublishedRow], Efficiency | None] | None = None,
+) -> list[RowResult]:
+    """Every row's prediction; rows that cannot be simulated carry the reason instead.
+    ``efficiency`` picks a run's constants (None: the GPU family's bundled ones)."""
+    out: list[RowResult] = []
+    for run in group_runs(rows).values():
+        reason = skip_reason(run[0])
+        if reason is None:
+            eff = efficiency(run[0]) if efficiency else None
+            try:
+                predicted = predict_run(run, eff, quick)
+            except InferplanError as err:
+                reason = str(err)
+        for row in run:
+            if reason is not None:
+                out.append(RowResult(row, None, reason))
+            elif predicted[row.metric] is None:
+                out.append(RowResult(row, None, "the simulated run has no such value"))
+            else:
+                out.append(RowResult(row, predicted[row.metric]))
+    return out
+
+
+def error_summary(results: list[RowResult]) -> dict[str, dict[str, float | int]]:
+    """Per metric family: n, median, p90 and max absolute relative error."""
+    summary: dict[str, dict[str, float | int]] = {}
+    for family in ("throughput", "latency"):
+        errors = np.array(
+            [abs(r.error) for r in results if r.error is not None and r.row.family == family]
+        )
+        if errors.size:
+            summary[family] = {
+                "n": int(errors.size),
+                "median_abs_error": float(np.median(errors)),
+                "p90_abs_error": float(np.percentile(errors, 90)),
+                "max_abs_error": float(errors.max()),
+            }
+    return summary

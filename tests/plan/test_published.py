@@ -1,0 +1,167 @@
+"""The published-measurements table: reading, grouping, the closed-form steady state, and
+`inferplan validate --data` on a small slice (the whole table is the fit script's job)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from inferplan.cli import main
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryConfig, plan_memory
+from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.plan.published import bundled_published, parse_published, skip_reason
+from inferplan.plan.published_runs import (
+    error_summary,
+    group_runs,
+    run_setup,
+    steady_state_throughput,
+    validate_rows,
+)
+from inferplan.specs.catalog import load_model
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+
+BUNDLED = resources.files("inferplan.plan").joinpath("data/published.csv")
+
+
+def _slice(case_prefixes: tuple[str, ...]) -> str:
+    """The bundled header and every row of the first case of each prefix."""
+    reader = csv.reader(io.StringIO(BUNDLED.read_text()))
+    header = next(reader)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    chosen: dict[str, str] = {}
+    for cells in reader:
+        case = cells[0]
+        for prefix in case_prefixes:
+            if case.startswith(prefix) and chosen.setdefault(prefix, case) == case:
+                writer.writerow(cells)
+    return out.getvalue()
+
+
+def test_every_bundled_row_is_read_and_each_unsimulated_one_has_a_reason() -> None:
+    rows = bundled_published()
+    assert len(rows) == 2558
+    assert len({r.case_id for r in rows}) == 152
+    reasons = [skip_reason(r) for r in rows]
+    assert sum(r is None for r in reasons) > 1800
+    assert all(r is None or len(r) > 10 for r in reasons)
+
+
+class _OneSecondSteps:
+    """Every step takes 1 s, so a run's time is its number of steps."""
+
+    def step_time(self, batch: StepBatch) -> StepTime:
+        return StepTime(1.0, {"compute": 1.0})
+
+    def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+        return 1.0, 0.0, float("inf")
+
+
+def _plan(max_seqs: int, max_tokens: int):  # type: ignore[no-untyped-def]
+    cfg = MemoryConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens, block_size=32)
+    return plan_memory(load_model("Llama-3.1-8B"), load_gpu("h100"), Parallelism(), cfg)
+
+
+def test_steady_state_counts_waves_of_prefill_and_decode_steps() -> None:
+    """ISL 100, OSL 10, 40 requests, 8 at a time, 4 prompts per 400-token step: a wave is 2
+    prefill steps + 9 decode steps = 11 s; 5 waves = 55 s for 400 output tokens."""
+    out, req = steady_state_throughput(_plan(8, 400), _OneSecondSteps(), 100, 10, 40) or (0, 0)
+    assert out == pytest.approx(400 / 55)
+    assert req == pytest.approx(40 / 55)
+
+
+def test_steady_state_batch_is_bounded_by_kv_blocks_for_the_whole_request() -> None:
+    """TensorRT-LLM reserves ISL + OSL: 110 tokens = 4 blocks of 32, so 13 blocks hold 3
+    requests: a wave is 1 prefill step + 9 decode steps, 40/3 waves."""
+    plan = replace(_plan(8, 400), num_blocks=13)
+    out, _ = steady_state_throughput(plan, _OneSecondSteps(), 100, 10, 40) or (0, 0)
+    assert out == pytest.approx(400 / (10 * 40 / 3))
+    assert (
+        steady_state_throughput(replace(plan, num_blocks=3), _OneSecondSteps(), 100, 10, 4) is None
+    )
+
+
+def test_validate_rows_keeps_every_row_and_groups_runs() -> None:
+    text = _slice(("trt017-l31-8b-h200", "gpustack-gpt-oss-20b-h100-sglang", "gpustack-glm"))
+    rows = parse_published(text, "slice.csv")
+    results = validate_rows(rows, quick=True)
+    assert [r.row for r in results] == [r for run in group_runs(rows).values() for r in run]
+    skipped = [r for r in results if r.reason is not None]
+    assert skipped and all(r.predicted is None for r in skipped)
+    assert any("no bundled config" in (r.reason or "") for r in skipped)
+    summary = error_summary(results)
+    assert summary["throughput"]["n"] == sum(
+        r.error is not None and r.row.family == "throughput" for r in results
+    )
+    for r in results:
+        if r.predicted is not None:
+            assert r.predicted > 0
+
+
+def test_cli_validate_data_json_is_deterministic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mine.csv"
+    path.write_text(_slice(("trt017-l31-8b-h200", "gpustack-qwen3-14b-h100-sglang")))
+    outputs = []
+    for _ in range(2):
+        assert main(["validate", "--data", str(path), "--quick", "--json"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    data = json.loads(outputs[0])
+    assert set(data["summary"]) == {"throughput", "latency"}
+    for family in data["summary"].values():
+        assert set(family) == {"n", "median_abs_error", "p90_abs_error", "max_abs_error"}
+        assert family["median_abs_error"] <= family["p90_abs_error"] <= family["max_abs_error"]
+    assert data["num_rows"] == len(data["rows"]) == len(path.read_text().splitlines()) - 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace("metric,", "measure,", 1), r"mine.csv:1: missing column\(s\) metric"),
+        (lambda t: t.replace(",output_throughput,", ",speed,", 1), r"mine.csv:2: column 'metric'"),
+        (lambda t: t.replace(",tok/s,", ",tok/min,", 1), r"mine.csv:2: column 'unit'"),
+        (lambda t: t.replace(",29526.04,", ",fast,", 1), r"mine.csv:2: column 'value'"),
+    ],
+)
+def test_bad_files_are_one_line_naming_the_line(edit, message, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    text = edit(_slice(("trt017-l31-8b-h200",)))
+    with pytest.raises(InferplanError, match=message):
+        parse_published(text, "mine.csv")
+
+
+def test_cli_validate_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--data", "nope.csv"]) == 2
+    assert capsys.readouterr().err.startswith("error: nope.csv")
+
+
+def test_a_fitted_family_file_reproduces_its_in_sample_error() -> None:
+    """scripts/fit_published.py writes each family's in-sample median |error| beside the
+    constants; predicting that family's closed-form rows with the committed files gives it
+    back (Ada: 36 rows, about a second), so the committed constants are the fitted ones."""
+    text = resources.files("inferplan.perf").joinpath("data/efficiency/ada.yaml").read_text()
+    written = re.search(r"In-sample median \|error\| ([\d.]+) over (\d+) rows", text)
+    assert written is not None
+    rows = [
+        r
+        for r in bundled_published()
+        if skip_reason(r) is None
+        and r.family == "throughput"
+        and r.gpu == "l40s"
+        and run_setup(r).closed_form
+    ]
+    errors = [abs(r.error) for r in validate_rows(rows) if r.error is not None]
+    assert len(errors) == int(written.group(2))
+    assert f"{statistics.median(errors):.4f}" == written.group(1)
