@@ -101,5 +101,5 @@ class EvaluationCache:
         with self._db:
             self._db.execute(
                 "INSERT OR REPLACE INTO evaluations (key, value) VALUES (?, ?)",
-                (key, json.dumps(value, sort_keys=True)),
+                (key, json.dumps(value)),  # key order kept: output is byte-identical
             )

@@ -77,7 +77,7 @@ class ProcessExecutor:
 class RayExecutor:
     def __init__(self, ctx: SearchContext, address: str) -> None:
         try:
-            import ray  # type: ignore[import-not-found]
+            import ray
         except ImportError:
             raise InferplanError(
                 "--ray-address: Ray is not installed; pip install 'inferplan[ray]'"
