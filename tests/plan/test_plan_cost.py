@@ -17,7 +17,7 @@ def _stats(mean_in: float, mean_out: float) -> LengthStats:
     import numpy as np
 
     empty = np.zeros(1, dtype=np.int64)
-    return LengthStats(mean_in, mean_out, 0, 0, 0, 0, empty, empty)
+    return LengthStats(mean_in, mean_out, 0, 0, 0, 0, 0.0, empty, empty)
 
 
 ONE_CLASS = [

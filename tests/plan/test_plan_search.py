@@ -124,11 +124,11 @@ def test_cache_resumes_without_simulating(tmp_path: Path) -> None:
         assert cache.num_hits == 0
     with EvaluationCache(tmp_path / "c.sqlite") as cache:
         second = build_output(run_search(request, cache=cache), run_stress=False)
-        assert cache.num_hits == first["evaluated"] > 0
+        assert cache.num_hits == first["evaluated"] + first["confirmed"] > 0
     assert json.dumps(first) == json.dumps(second)
     # A new price re-prices the cached evaluations: still no simulation.
     cheaper = tiny_request(hardware=[{"gpu": "l40s", "price_per_gpu_hour": 0.5, "max_gpus": 2}])
     with EvaluationCache(tmp_path / "c.sqlite") as cache:
         third = build_output(run_search(cheaper, cache=cache), run_stress=False)
-        assert cache.num_hits == first["evaluated"]
+        assert cache.num_hits == first["evaluated"] + first["confirmed"]
     assert third["best"]["cost_per_hour_usd"] == first["best"]["cost_per_hour_usd"] / 2

@@ -10,6 +10,10 @@ Compute (all from the step-time model, so they hold for the simulation that uses
   sequences at the mix's mean context, and prefill at most ``budget / t_prefill(budget)``
   tokens/s; each alone bounds the rate (``min`` of the two, since a mixed step may share weight
   reads between them). Hence a *lower bound* on replicas and on cost.
+- *KV bound* (Little's law): a request holds at least ``input + output / 2`` tokens of KV on
+  average over its ``output`` decode steps, each at least ``t_decode(1)`` long, so the KV a
+  replica holds on average is at least ``sum_c rate_c x E[(in + out/2) x out] x t_decode(1)``;
+  it cannot exceed the KV capacity, which bounds the rate per replica from the memory axis.
 - *Latency lower bounds*: a decode step is never faster than one sequence alone
   (``t_decode(1)``), so TPOT and ITL percentiles are at least that, E2EL's at least the output
   length's percentile times it; TTFT's at least the prefill of the input length's percentile
@@ -106,8 +110,11 @@ def compute_bounds(
     decode_rate = batch / decode.total_s / max(mean_out, 1.0)
     prefill_rate = budget / prefill.total_s / max(mean_in, 1.0)
     single = model.step_time(StepBatch(num_decode_seqs=1, decode_context_tokens=1)).total_s
+    rates = np.array([c.request_rate for c in request.traffic])
+    token_steps = float(np.dot(rates / rates.sum(), [s.kv_token_steps for s in stats]))
+    kv_rate = plan.kv_capacity_tokens / (token_steps * single)
     return Bounds(
-        max_rate_req_s=min(decode_rate, prefill_rate),
+        max_rate_req_s=min(decode_rate, prefill_rate, kv_rate),
         decode_batch=batch,
         decode_step_s=decode.total_s,
         min_decode_step_s=single,

@@ -55,8 +55,13 @@ def context_fingerprint(ctx: SearchContext) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def evaluation_key(fingerprint: str, cfg: ReplicaConfig) -> str:
-    data = {"context": fingerprint, "config": cfg.to_dict(), "gpu": _gpu_version(cfg.gpu)}
+def evaluation_key(fingerprint: str, cfg: ReplicaConfig, task: str) -> str:
+    data = {
+        "context": fingerprint,
+        "config": cfg.to_dict(),
+        "gpu": _gpu_version(cfg.gpu),
+        "task": task,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -37,7 +37,7 @@ from inferplan.plan.traffic import LengthStats, class_counts, length_stats, mixe
 from inferplan.specs.hardware import GIB
 
 GALLOP_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-MAX_FLEET_RETRIES = 3
+MAX_FLEET_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class _Runner:
         self.model: StepTimeModel = bnd.step_model(self.plan)
         self.num_simulations = 0
         self.names = [c.name for c in req.traffic]
+        self.passes: dict[int, dict[str, Any]] = {}  # replicas -> the passing probe's figures
 
     def run(
         self, scale: float, replicas: int, *, fleet: bool, fraction: float = 1.0
@@ -155,8 +156,11 @@ class _Runner:
         checks, _ = self.run(scale, 1, fleet=False, fraction=settings.early_stop_fraction)
         if slo.worst(checks) > settings.clearly_lost_ratio:
             return False
-        checks, _ = self.run(scale, 1, fleet=False)
-        return slo.worst(checks) <= 1.0
+        checks, result = self.run(scale, 1, fleet=False)
+        if slo.worst(checks) > 1.0:
+            return False
+        self.passes[replicas] = fleet_json(checks, result, self.names)
+        return True
 
 
 def fewest_replicas(runner: _Runner, n_lb: int, n_max: int) -> int | None:
@@ -184,25 +188,37 @@ def fewest_replicas(runner: _Runner, n_lb: int, n_max: int) -> int | None:
     return high
 
 
-def evaluate(ctx: SearchContext, cfg: ReplicaConfig, n_lb: int) -> dict[str, Any]:
-    """The fewest replicas of ``cfg`` meeting every SLO, confirmed on the whole fleet."""
+def estimate(ctx: SearchContext, cfg: ReplicaConfig, n_lb: int) -> dict[str, Any]:
+    """The fewest replicas of ``cfg`` whose one-replica probe meets every SLO (step 2)."""
     runner = _Runner(ctx, cfg)
     n = fewest_replicas(runner, n_lb, cfg.max_replicas)
     if n is None:
         reason = f"one replica misses an SLO even at 1/{cfg.max_replicas} of the traffic"
         return {"status": "infeasible", "reason": reason, "simulations": runner.num_simulations}
-    per_replica_n = n
+    return {
+        "status": "estimated",
+        "replicas": n,
+        "simulations": runner.num_simulations,
+        "probe": runner.passes[n],
+    }
+
+
+def confirm(ctx: SearchContext, cfg: ReplicaConfig, n: int) -> dict[str, Any]:
+    """The fleet of ``n`` replicas (more while it misses, up to the retries) in one run."""
+    runner = _Runner(ctx, cfg)
+    settings = ctx.request.search
     for _ in range(MAX_FLEET_RETRIES + 1):
-        checks, result = runner.run(ctx.load_scale, n, fleet=True)
-        if slo.worst(checks) <= 1.0:
-            return {
-                "status": "feasible",
-                "replicas": n,
-                "replicas_per_replica_search": per_replica_n,
-                "per_replica_rate_req_s": ctx.total_rate_req_s / n,
-                "simulations": runner.num_simulations,
-                "fleet": fleet_json(checks, result, runner.names),
-            }
+        checks, _ = runner.run(ctx.load_scale, n, fleet=True, fraction=settings.early_stop_fraction)
+        if slo.worst(checks) <= settings.clearly_lost_ratio:
+            checks, result = runner.run(ctx.load_scale, n, fleet=True)
+            if slo.worst(checks) <= 1.0:
+                return {
+                    "status": "feasible",
+                    "replicas": n,
+                    "per_replica_rate_req_s": ctx.total_rate_req_s / n,
+                    "simulations": runner.num_simulations,
+                    "fleet": fleet_json(checks, result, runner.names),
+                }
         if n + 1 > cfg.max_replicas:
             break
         n += 1
@@ -211,6 +227,11 @@ def evaluate(ctx: SearchContext, cfg: ReplicaConfig, n_lb: int) -> dict[str, Any
         "reason": f"the fleet misses {slo.first_broken(checks, runner.names)} at {n} replicas",
         "simulations": runner.num_simulations,
     }
+
+
+def run_task(ctx: SearchContext, kind: str, cfg: ReplicaConfig, n: int) -> dict[str, Any]:
+    """``estimate`` from a lower bound ``n``, or ``confirm`` a fleet of ``n`` replicas."""
+    return estimate(ctx, cfg, n) if kind == "estimate" else confirm(ctx, cfg, n)
 
 
 def fleet_json(

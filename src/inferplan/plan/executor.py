@@ -1,7 +1,8 @@
 """Where evaluations run: this process, local worker processes, or a Ray cluster.
 
-Every executor has one verb, ``run(items, on_done)``: evaluate ``(config, replicas lower
-bound)`` pairs and return their results in the items' order (so the search's outcome never
+Every executor has one verb, ``run(items, on_done)``: run ``(kind, config, replicas)`` tasks
+(``capacity.run_task``: an estimate from a lower bound, or a fleet confirmation) and return
+their results in the items' order (so the search's outcome never
 depends on which worker finished first), calling ``on_done(index, result)`` as each one ends.
 
 - ``workers=1``: in this process (no start-up cost; what tests use).
@@ -18,10 +19,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any
 
 from inferplan.errors import InferplanError
-from inferplan.plan.capacity import SearchContext, evaluate
+from inferplan.plan.capacity import SearchContext, run_task
 from inferplan.plan.space import ReplicaConfig
 
-Item = tuple[ReplicaConfig, int]
+Item = tuple[str, ReplicaConfig, int]
 OnDone = Callable[[int, dict[str, Any]], None]
 
 _WORKER_CONTEXT: list[SearchContext] = []
@@ -31,8 +32,8 @@ def _init_worker(ctx: SearchContext) -> None:
     _WORKER_CONTEXT[:] = [ctx]
 
 
-def _evaluate_in_worker(cfg: ReplicaConfig, n_lb: int) -> dict[str, Any]:
-    return evaluate(_WORKER_CONTEXT[0], cfg, n_lb)
+def _task_in_worker(kind: str, cfg: ReplicaConfig, n: int) -> dict[str, Any]:
+    return run_task(_WORKER_CONTEXT[0], kind, cfg, n)
 
 
 class InlineExecutor:
@@ -41,8 +42,8 @@ class InlineExecutor:
 
     def run(self, items: Sequence[Item], on_done: OnDone) -> list[dict[str, Any]]:
         out = []
-        for i, (cfg, n_lb) in enumerate(items):
-            result = evaluate(self.ctx, cfg, n_lb)
+        for i, (kind, cfg, n) in enumerate(items):
+            result = run_task(self.ctx, kind, cfg, n)
             on_done(i, result)
             out.append(result)
         return out
@@ -57,8 +58,8 @@ class ProcessExecutor:
 
     def run(self, items: Sequence[Item], on_done: OnDone) -> list[dict[str, Any]]:
         futures: dict[Future[dict[str, Any]], int] = {
-            self.pool.submit(_evaluate_in_worker, cfg, n_lb): i
-            for i, (cfg, n_lb) in enumerate(items)
+            self.pool.submit(_task_in_worker, kind, cfg, n): i
+            for i, (kind, cfg, n) in enumerate(items)
         }
         results: dict[int, dict[str, Any]] = {}
         pending = set(futures)
@@ -87,10 +88,10 @@ class RayExecutor:
         if self.owns:
             ray.init(address=None if address == "local" else address, log_to_driver=False)
         self.ctx_ref = ray.put(ctx)
-        self.remote = ray.remote(evaluate)
+        self.remote = ray.remote(run_task)
 
     def run(self, items: Sequence[Item], on_done: OnDone) -> list[dict[str, Any]]:
-        refs = [self.remote.remote(self.ctx_ref, cfg, n_lb) for cfg, n_lb in items]
+        refs = [self.remote.remote(self.ctx_ref, kind, cfg, n) for kind, cfg, n in items]
         index = {ref: i for i, ref in enumerate(refs)}
         results: dict[int, dict[str, Any]] = {}
         pending = list(refs)

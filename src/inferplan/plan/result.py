@@ -61,7 +61,7 @@ def plan_entry(result: SearchResult, cand: Candidate) -> dict[str, Any]:
         "tok_s_per_user": per_user,
         "memory": cand.prepared.memory,
         "compute": cand.prepared.bound,
-        "simulations": ev["simulations"],
+        "simulations": ev["simulations"] + (cand.estimate or {}).get("simulations", 0),
         "launch_command": launch_command(
             req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization
         ),
@@ -111,8 +111,11 @@ def build_output(result: SearchResult, *, run_stress: bool = True) -> dict[str, 
         "evaluated": result.counts["evaluated"],
         "pruned": result.counts["pruned"],
         "pruned_by": pruned_by(result.candidates),
+        "confirmed": sum(1 for c in result.candidates if c.evaluation is not None),
         "infeasible": sum(
-            1 for c in result.candidates if c.evaluation and c.evaluation["status"] != "feasible"
+            1
+            for c in result.candidates
+            if any(a and a["status"] == "infeasible" for a in (c.estimate, c.evaluation))
         ),
         "complete": result.complete,
         "load_scale": ctx.load_scale,

@@ -53,6 +53,7 @@ class LengthStats:
     p99_context: float
     p99_input: float
     max_context: int
+    kv_token_steps: float  # mean over requests of (input + output / 2) x output
     inputs: IntArray  # the samples, for other quantiles
     outputs: IntArray
 
@@ -104,6 +105,7 @@ def length_stats(request: PlanRequest) -> list[LengthStats]:
                 p99_context=float(np.percentile(context, 99)),
                 p99_input=float(np.percentile(inputs, 99)),
                 max_context=max(int(context.max()), _declared_max(cls)),
+                kv_token_steps=float(np.mean((inputs + outputs / 2) * outputs)),
                 inputs=inputs,
                 outputs=outputs,
             )
