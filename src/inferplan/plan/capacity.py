@@ -3,7 +3,7 @@
 1. ``prepare`` (cheap, in the main process): the memory plan must fit (``bounds``), the latency
    floors must not already miss an SLO, and the throughput bound gives ``n_lb``, the fewest
    replicas that could carry the busiest hour's traffic x headroom.
-2. ``evaluate`` (a worker's job): short simulations of *one* replica carrying 1/n of the traffic
+2. ``estimate`` (a worker's job): short simulations of *one* replica carrying 1/n of the traffic
    (every class together, as they share a replica), for n from ``n_lb`` upward by galloping
    (n_lb, n_lb+1, n_lb+3, ...) then bisection between the last failing and first passing n, so
    the answer is the smallest n whose per-replica load meets every class's SLO (load per replica
@@ -11,9 +11,10 @@
    numbers of ``traffic`` keep low). Each probe first simulates the first third of its requests
    and stops there when an SLO is clearly lost (worst ratio > ``clearly_lost_ratio``): that part
    of a run is the least loaded, so a loss there is a loss.
-3. The fleet of n replicas is then simulated in one run, requests spread by the router the
-   engine uses (``search.router``, round robin by default), at the full traffic; if it misses an
-   SLO (routing imbalance), n grows by one until it passes or the GPU limit is reached.
+3. ``confirm`` (also a worker's job, where the search needs it): the fleet of n replicas in one
+   run, requests spread by the router the engine uses (``search.router``, round robin by
+   default), at the full traffic; if it misses an SLO (routing imbalance, a longer window), n
+   grows by one, at most ``MAX_FLEET_RETRIES`` times. It has the same early stop as a probe.
 """
 
 from __future__ import annotations

@@ -116,11 +116,16 @@ def _pareto_table(plans: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{why.replace('_', ' ')} {n}" for why, n in counts.items()) or "none"
+
+
 def _cost_lines(data: dict[str, Any]) -> Text:
     lines = [
         f"search: {data['candidates']:,} deployments ({data['replica_configs']} replica "
-        f"configurations): {data['evaluated']} simulated, {data['pruned']} pruned "
-        f"{data['pruned_by']}, {data['infeasible']} infeasible"
+        f"configurations): {data['evaluated']} simulated ({data['confirmed']} fleets confirmed), "
+        f"{data['pruned']} pruned ({_reasons(data['pruned_by'])}), "
+        f"{data['infeasible']} infeasible"
         + ("" if data["complete"] else " (stopped at max_search_time_s)"),
     ]
     api, hyb = data["api"], data["hybrid"]
@@ -137,8 +142,17 @@ def _cost_lines(data: dict[str, Any]) -> Text:
         )
     stress = data.get("stress")
     if stress:
-        broke = stress["breaks_first"] or "nothing (every SLO still met)"
-        lines.append(f"at {stress['traffic_factor']}x the traffic, breaks first: {broke}")
+        top = stress["ratios"][0] if stress["ratios"] else None
+        what = f"{stress['breaks_first']} breaks first" if stress["breaks_first"] else ""
+        if top and top["ratio"] is not None:
+            what += (
+                f" (at {top['ratio']:.0%} of its limit)"
+                if what
+                else (
+                    f"every SLO still met; closest: {top['slo']} at {top['ratio']:.0%} of its limit"
+                )
+            )
+        lines.append(f"at {stress['traffic_factor']}x the traffic: {what}")
     lines.append(f"verdict: {data['verdict']}")
     return Text("\n".join(lines))
 
