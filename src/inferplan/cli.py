@@ -25,6 +25,7 @@ from inferplan.cli_flags import (
     json_option,
     workload_options,
 )
+from inferplan.cli_plan import plan
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.engine.session import simulate as run_simulation
@@ -395,6 +396,9 @@ def models(json_out: bool) -> None:
 def gpus(json_out: bool) -> None:
     """List the bundled accelerators (published figures, sources in the catalog file)."""
     _show(gpus_json(), json_out, gpus_table)
+
+
+app.add_command(plan)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,13 +7,23 @@
 3. A simulation of the bundled real trace (the first 2,000 requests of the Azure LLM 2023
    conversation trace, at their recorded arrival times) on that deployment, with the summary a
    ``vllm bench serve`` run would report.
+4. ``inferplan plan`` on the bundled example request (``plan/data/plan-example.yaml``: Qwen3-32B,
+   chat + reasoning traffic, H100/H200/B200 at their prices, an API to compare with), with the
+   search capped at ``DEMO_SEARCH_S`` seconds so the demo stays near a minute: the answer is the
+   best plan found by then (the search goes cheapest bound first) and says the search stopped
+   early. Without the cap the full search takes a few minutes (``docs/planning.md``); its
+   evaluations are cached in ``.inferplan-cache/``, so a second demo run goes further.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib import resources
 
 from inferplan.cli import main
+
+DEMO_SEARCH_S = 40
+EXAMPLE = str(resources.files("inferplan.plan").joinpath("data/plan-example.yaml"))
 
 DENSE = ["--model", "meta-llama/Llama-3.1-70B", "--gpu", "h200", "-tp", "2"]
 SCENARIOS = (
@@ -41,6 +51,7 @@ SCENARIOS = (
         "--goodput",
         "tpot:100",
     ],
+    ["plan", EXAMPLE, "--max-search-time-s", str(DEMO_SEARCH_S)],
 )
 
 

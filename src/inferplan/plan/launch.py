@@ -1,0 +1,70 @@
+"""Launch commands for a chosen replica configuration, with each engine's own flag names.
+
+vLLM (``vllm serve``, 0.11 flags), TensorRT-LLM (``trtllm-serve`` with the PyTorch backend:
+``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_num_tokens``,
+``--kv_cache_free_gpu_memory_fraction``). One command per replica; with several replicas,
+the same command runs on each replica's GPUs behind a load balancer (the ``router``). Weight
+formats other than bf16/fp16/fp8 need a checkpoint already quantized that way (AWQ/GPTQ for
+int4, a W8A8 one for int8, an MXFP4/NVFP4 one for the fp4 formats): the command says so.
+"""
+
+from __future__ import annotations
+
+from inferplan.plan.space import ReplicaConfig
+
+_ONLINE_FORMATS = {"bf16": None, "fp16": None, "fp8": "fp8"}
+
+
+def launch_command(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
+    if cfg.engine == "trtllm":
+        return _trtllm(model, cfg, max_model_len, utilization)
+    return _vllm(model, cfg, max_model_len, utilization)
+
+
+def _checkpoint_note(cfg: ReplicaConfig) -> str:
+    if cfg.quantization in _ONLINE_FORMATS:
+        return ""
+    return f"  # needs a {cfg.quantization}-quantized checkpoint of the model"
+
+
+def _vllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
+    parts = [
+        f"vllm serve {model}",
+        f"--tensor-parallel-size {cfg.tp}",
+        f"--pipeline-parallel-size {cfg.pp}",
+    ]
+    if cfg.ep:
+        parts.append("--enable-expert-parallel")
+    if cfg.quantization in ("bf16", "fp16"):
+        parts.append(f"--dtype {'bfloat16' if cfg.quantization == 'bf16' else 'float16'}")
+    elif _ONLINE_FORMATS.get(cfg.quantization):
+        parts.append(f"--quantization {cfg.quantization}")
+    if cfg.kv_cache_dtype != "auto":
+        parts.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
+    parts += [
+        f"--max-num-seqs {cfg.max_num_seqs}",
+        f"--max-num-batched-tokens {cfg.max_num_batched_tokens}",
+        f"--max-model-len {max_model_len}",
+        f"--gpu-memory-utilization {utilization}",
+    ]
+    return " ".join(parts) + _checkpoint_note(cfg)
+
+
+def _trtllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
+    parts = [
+        f"trtllm-serve {model} --backend pytorch",
+        f"--tp_size {cfg.tp}",
+        f"--pp_size {cfg.pp}",
+    ]
+    if cfg.ep:
+        parts.append(f"--ep_size {cfg.tp}")
+    parts += [
+        f"--max_batch_size {cfg.max_num_seqs}",
+        f"--max_num_tokens {cfg.max_num_batched_tokens}",
+        f"--max_seq_len {max_model_len}",
+        f"--kv_cache_free_gpu_memory_fraction {utilization}",
+    ]
+    note = _checkpoint_note(cfg)
+    if not note and cfg.quantization == "fp8":
+        note = "  # fp8: an FP8 (ModelOpt) checkpoint of the model"
+    return " ".join(parts) + note
