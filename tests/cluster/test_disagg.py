@@ -12,6 +12,7 @@ from inferplan.cli import main
 from inferplan.cli_flags import build_memory_plan
 from inferplan.cluster.disagg import Pool, simulate_disaggregated
 from inferplan.cluster.kv_transfer import KvLink
+from inferplan.cluster.pools import prompt_kv_bytes
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import SimulationConfig
 from inferplan.metrics.records import RequestStatus
@@ -24,6 +25,10 @@ PLAN = build_memory_plan(
 )
 MODEL = build_step_model(PLAN)
 KVB = PLAN.kv_bytes_per_token
+
+
+def _kv_bytes(tokens: int) -> float:
+    return tokens * KVB
 
 
 def _pool(name: str, num_blocks: int = 10_000, *, exact: bool = False, seqs: int = 256) -> Pool:
@@ -53,7 +58,7 @@ def test_one_request_by_hand() -> None:
     prompt, bandwidth, latency = 1000, 25e9, 2e-3
     wl = _workload([5.0], [prompt], [3])
     result = simulate_disaggregated(
-        wl, _pool("prefill"), _pool("decode"), KvLink(bandwidth, latency), KVB
+        wl, _pool("prefill"), _pool("decode"), KvLink(bandwidth, latency), _kv_bytes
     )
     prefill = _step_s(
         StepBatch(
@@ -79,7 +84,9 @@ def test_one_request_by_hand() -> None:
 
 def test_one_token_requests_end_on_the_prefill_pool() -> None:
     wl = _workload([0.0, 0.0], [300, 300], [1, 1])
-    result = simulate_disaggregated(wl, _pool("prefill"), _pool("decode"), KvLink(1e9, 0.0), KVB)
+    result = simulate_disaggregated(
+        wl, _pool("prefill"), _pool("decode"), KvLink(1e9, 0.0), _kv_bytes
+    )
     assert np.all(result.records.status == int(RequestStatus.COMPLETED))
     assert result.link.summary(1.0)["num_transfers"] == 0
     assert result.decode.records.num_requests == 0
@@ -90,7 +97,7 @@ def test_a_busy_link_queues_transfers_first_come_first_served() -> None:
     n, prompt, bandwidth = 4, 500, 1e9
     wl = _workload([0.0] * n, [prompt] * n, [2] * n)
     result = simulate_disaggregated(
-        wl, _pool("prefill"), _pool("decode"), KvLink(bandwidth, 0.0), KVB
+        wl, _pool("prefill"), _pool("decode"), KvLink(bandwidth, 0.0), _kv_bytes
     )
     wire = prompt * KVB / bandwidth
     ttft = np.sort(result.records.first_token_s - result.records.arrival_s)
@@ -113,7 +120,7 @@ def test_small_decode_pool_preempts_and_conserves_requests() -> None:
             _pool("prefill", exact=exact),
             _pool("decode", 60, exact=exact),
             KvLink(5e9, 1e-4),
-            KVB,
+            _kv_bytes,
         )
         for exact in (False, True)
     ]
@@ -179,3 +186,17 @@ def test_cli_bad_disaggregation_flags(
     assert main([*BASE, *extra]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {flag}")
+
+
+def test_sliding_window_layers_send_only_their_window() -> None:
+    """gpt-oss alternates full and 128-token sliding layers: a long prompt's KV is the full
+    layers' tokens plus the windows, so well under ``kv_bytes_per_token x prompt``; a prompt
+    inside the window sends every token of every layer."""
+    plan = build_memory_plan(
+        "gpt-oss-120b", "h200", 2, 1, False, None, "auto", None, 0.9, None, None, None
+    )
+    kv_bytes = prompt_kv_bytes(plan)
+    per_token = plan.kv_bytes_per_token
+    assert kv_bytes(100) == pytest.approx(100 * per_token, rel=1e-12)
+    assert kv_bytes(8000) < 0.6 * 8000 * per_token
+    assert kv_bytes(8000) > 0.5 * 8000 * per_token

@@ -416,7 +416,9 @@ def _run_disagg(
         for name, case in (("prefill", prefill), ("decode", decode))
     ]
     link = KvLink(bandwidth, latency)
-    return simulate_disaggregated(wl, pools[0], pools[1], link, plan.kv_bytes_per_token)
+    return simulate_disaggregated(
+        wl, pools[0], pools[1], link, lambda tokens: tokens * plan.kv_bytes_per_token
+    )
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,8 +7,9 @@ A request runs in three stages, each on its own resources:
    P/D proxy and SGLang's prefill servers do; the prefill's final chunk samples the first token.
    Its KV blocks are freed when the prefill ends (the transfer is assumed to read them before
    they are reused: optimistic for the prefill pool's memory).
-2. **KV transfer** (``cluster/kv_transfer.py``): ``kv_bytes_per_token x prompt`` bytes over the
-   link between the pools, first come first served in the order prefills finish.
+2. **KV transfer** (``cluster/kv_transfer.py``): the prompt's KV bytes (``prompt_kv_bytes``:
+   ``kv_bytes_per_token x prompt`` for full attention; a sliding-window layer sends only its
+   window) over the link between the pools, first come first served in the order prefills end.
 3. **Decode pool**: the request arrives at a decode replica when its last KV byte does, and is
    admitted by vLLM v1's scheduler with its prompt already computed (``KvArrivedScheduler``):
    its KV blocks (prompt + the first token's slot) are allocated at admission, not earlier, and
@@ -32,11 +33,12 @@ replays those arrivals. A client-side concurrency limit would couple the stages 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue, kv_transfer_bytes
+from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -143,7 +145,7 @@ def simulate_disaggregated(
     prefill: Pool,
     decode: Pool,
     link: KvLink,
-    kv_bytes_per_token: float,
+    prompt_kv_bytes: Callable[[int], float],
 ) -> DisaggResult:
     """Run ``workload`` through the prefill pool, the KV link and the decode pool."""
     for pool in (prefill, decode):
@@ -188,7 +190,7 @@ def simulate_disaggregated(
         [
             queue.submit(
                 float(p_times["finish_s"][row]),
-                kv_transfer_bytes(kv_bytes_per_token, int(workload.input_tokens[rid])),
+                prompt_kv_bytes(int(workload.input_tokens[rid])),
             )
             for row, rid in zip(rows, ids, strict=True)
         ],

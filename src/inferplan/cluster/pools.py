@@ -13,6 +13,7 @@ link's throughput under load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +29,8 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.specs.dtypes import weight_format
+from inferplan.specs.kv import sequence_kv_bytes
 
 POOLS = ("prefill", "decode")
 
@@ -103,10 +106,27 @@ def pools_link(prefill: MemoryPlan, decode: MemoryPlan, latency_s: float) -> KvL
     )
 
 
+def prompt_kv_bytes(plan: MemoryPlan) -> Callable[[int], float]:
+    """Bytes of a prompt's KV on every rank of a prefill instance: full-attention layers hold
+    every token (``kv_bytes_per_token x prompt``), sliding-window layers their window
+    (``specs/kv.sequence_kv_bytes`` with one-token blocks: what is sent, not the pool's
+    rounding). Each TP rank sends its shard, so the instance sends ``tp`` shards."""
+    state_bytes = weight_format(plan.spec.dtype).bytes_per_value
+    tp = plan.parallelism.tp
+
+    def kv_bytes(tokens: int) -> float:
+        shards = (
+            sequence_kv_bytes(stage.layers, tokens, plan.kv_format, state_bytes, tp=tp)
+            for stage in plan.stages
+        )
+        return tp * sum(shards)
+
+    return kv_bytes
+
+
 def run_pools(workload: Any, prefill: PoolBuild, decode: PoolBuild, link: KvLink) -> DisaggResult:
-    return simulate_disaggregated(
-        workload, prefill.pool, decode.pool, link, prefill.plan.kv_bytes_per_token
-    )
+    kv_bytes = prompt_kv_bytes(prefill.plan)
+    return simulate_disaggregated(workload, prefill.pool, decode.pool, link, kv_bytes)
 
 
 def kv_transfer_json(result: DisaggResult) -> dict[str, Any]:
