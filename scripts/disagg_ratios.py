@@ -12,6 +12,7 @@ import argparse
 import json
 import subprocess
 import sys
+from typing import Any
 
 WORKLOADS = {  # name: (input tokens, output tokens, request rates to try)
     "prefill-heavy 8000/200": (8000, 200, (6.0, 15.0)),
@@ -20,7 +21,7 @@ WORKLOADS = {  # name: (input tokens, output tokens, request rates to try)
 }
 
 
-def run(argv: list[str]) -> dict[str, object]:
+def run(argv: list[str]) -> dict[str, Any]:
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
