@@ -156,13 +156,7 @@ def simulate_disaggregated(
             )
     n = workload.num_requests
     t0 = float(workload.arrival_s[0]) if n else 0.0
-    rec = RequestRecords.empty(n, class_names=workload.class_names)
-    rec.dispatch_s[:] = workload.arrival_s - t0
-    rec.input_tokens[:] = workload.input_tokens
-    rec.class_ids[:] = workload.class_ids
-    assert rec.requested_output_tokens is not None
-    rec.requested_output_tokens[:] = workload.output_tokens
-    rec.status[:] = int(RequestStatus.REJECTED)  # until a stage completes it
+    rec = _empty_records(workload, t0)
     total = workload.input_tokens + workload.output_tokens
     accepted = np.flatnonzero(total <= decode.config.max_model_len)
 
@@ -171,13 +165,7 @@ def simulate_disaggregated(
         workload, accepted, workload.arrival_s[accepted], np.ones(len(accepted), np.int64)
     )
     p_res = Simulation(p_wl, prefill.config, prefill.model).run()
-    p_rec, p_times = p_res.records, _stage_times(p_res, t0)
-    for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"):
-        getattr(rec, name)[accepted] = p_times[name]
-    rec.status[accepted] = p_rec.status
-    rec.output_tokens[accepted] = p_rec.output_tokens
-    for name in ("num_preemptions", "recomputed_tokens", "swapped_bytes"):
-        getattr(rec, name)[accepted] += getattr(p_rec, name)
+    p_rec, p_times = p_res.records, _merge_prefill(rec, accepted, p_res, t0)
 
     # 2. KV transfer, in the order prefills end (ties: request order).
     done = p_rec.status == int(RequestStatus.COMPLETED)
@@ -199,7 +187,41 @@ def simulate_disaggregated(
     rec.status[ids] = int(RequestStatus.REJECTED)  # until the decode pool completes them
 
     # 3. Decode: arrivals when the KV has arrived.
-    d_wl = _subset(workload, ids, arrived, workload.output_tokens[ids])
+    d_res = _run_decode(_subset(workload, ids, arrived, workload.output_tokens[ids]), decode)
+    _merge_decode(rec, ids, arrived, d_res)
+    ends = rec.finish_s[np.isfinite(rec.finish_s)]
+    duration = float(ends.max()) if len(ends) else 0.0
+    return DisaggResult(rec, d_res.itl, p_res, d_res, queue, duration, t0)
+
+
+def _empty_records(workload: Workload, t0: float) -> RequestRecords:
+    """Every request's row, rejected until a stage completes it."""
+    rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
+    rec.dispatch_s[:] = workload.arrival_s - t0
+    rec.input_tokens[:] = workload.input_tokens
+    rec.class_ids[:] = workload.class_ids
+    assert rec.requested_output_tokens is not None
+    rec.requested_output_tokens[:] = workload.output_tokens
+    rec.status[:] = int(RequestStatus.REJECTED)
+    return rec
+
+
+def _merge_prefill(
+    rec: RequestRecords, accepted: np.ndarray, p_res: SimulationResult, t0: float
+) -> dict[str, np.ndarray]:
+    """The prefill stage's outcome into the combined records; its times on that clock."""
+    p_rec, p_times = p_res.records, _stage_times(p_res, t0)
+    for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"):
+        getattr(rec, name)[accepted] = p_times[name]
+    rec.status[accepted] = p_rec.status
+    rec.output_tokens[accepted] = p_rec.output_tokens
+    for name in ("num_preemptions", "recomputed_tokens", "swapped_bytes"):
+        getattr(rec, name)[accepted] += getattr(p_rec, name)
+    return p_times
+
+
+def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
+    """The decode pool's replicas with ``KvArrivedScheduler`` in place of vLLM v1's."""
     d_sim = Simulation(d_wl, decode.config, decode.model)
     for replica in d_sim.replicas:
         replica.scheduler = KvArrivedScheduler(
@@ -211,11 +233,7 @@ def simulate_disaggregated(
             replica.records,
             replica.prompt_tokens,
         )
-    d_res = d_sim.run()
-    _merge_decode(rec, ids, arrived, d_res)
-    ends = rec.finish_s[np.isfinite(rec.finish_s)]
-    duration = float(ends.max()) if len(ends) else 0.0
-    return DisaggResult(rec, d_res.itl, p_res, d_res, queue, duration, t0)
+    return d_sim.run()
 
 
 def _merge_decode(
