@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from rich.console import RenderableType
 
 from inferplan.cli_flags import (
     DeploymentFlags,
+    DisaggFlags,
     WorkloadFlags,
     deployment_options,
+    disagg_options,
     float_list,
     goodput_slo,
     int_list,
@@ -26,6 +29,7 @@ from inferplan.cli_flags import (
     workload_options,
 )
 from inferplan.cli_plan import plan
+from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.engine.session import simulate as run_simulation
@@ -64,6 +68,7 @@ from inferplan.report.validation import (
     validation_tables,
 )
 from inferplan.specs.topology import topology_json
+from inferplan.workload.request import Workload
 
 
 @click.group(
@@ -195,10 +200,12 @@ def roofline(
 @click.option("--metric-percentiles", default="99", show_default=True)
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=float, default=0.0, show_default=True)
+@disagg_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
+    disagg: DisaggFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -212,28 +219,40 @@ def simulate(
     json_out: bool,
 ) -> None:
     """Replay a workload on replicas of a deployment; report what users would measure."""
-    plan = deployment.plan()
-    if not plan.fits:
-        raise DoesNotFitError(does_not_fit_message(plan))
-    requests = workload.build()
     options = ServingOptions(
         scheduler=scheduler,
         preemption_mode=preemption_mode,
         scheduling_policy=scheduling_policy,
-        data_parallel_size=plan.parallelism.num_replicas,
+        data_parallel_size=deployment.dp,
         router=router,
         max_concurrency=max_concurrency,
         exact=exact,
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
     )
+    shapes = {
+        "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
+        "decode": pools.PoolShape(disagg.decode_gpu, disagg.decode_tp, disagg.decode_dp),
+    }
+    pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
+    percentiles = float_list("--metric-percentiles", metric_percentiles)
+    if disagg.disaggregate:
+        data = _simulate_disaggregated(
+            deployment, shapes, disagg, workload.build(), options, moe_skew, percentiles, goodput
+        )
+        _show(data, json_out, simulate_tables)
+        return
+    plan = deployment.plan()
+    if not plan.fits:
+        raise DoesNotFitError(does_not_fit_message(plan))
+    requests = workload.build()
+    options = replace(options, data_parallel_size=plan.parallelism.num_replicas)
     tokens = requests.input_tokens + requests.output_tokens
     step_model = deployment.step_model(
         plan,
         moe_skew=moe_skew,
         class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
     )
-    percentiles = float_list("--metric-percentiles", metric_percentiles)
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         result = run_simulation(plan, step_model, requests, options, advance)
     traces = result.traces
@@ -250,6 +269,59 @@ def simulate(
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
     _show(summary, json_out, simulate_tables)
+
+
+def _simulate_disaggregated(
+    deployment: DeploymentFlags,
+    shapes: dict[str, pools.PoolShape],
+    disagg: DisaggFlags,
+    requests: Workload,
+    options: ServingOptions,
+    moe_skew: float,
+    percentiles: list[float],
+    goodput: tuple[str, ...],
+) -> dict[str, Any]:
+    """``simulate --disaggregate``: each pool its own plan and step model, the KV link."""
+    tokens = requests.input_tokens + requests.output_tokens
+    shares = class_token_shares(requests.class_names, requests.class_ids, tokens)
+    built = {}
+    for name, shape in shapes.items():
+        flags = replace(
+            deployment,
+            gpu=shape.gpu or deployment.gpu,
+            tp=shape.tp or deployment.tp,
+            dp=shape.dp or 1,
+        )
+        try:
+            plan = flags.plan()
+        except DoesNotFitError:
+            raise
+        except InferplanError as err:
+            text = str(err)
+            if text.startswith("--gpu:") and shape.gpu:
+                raise InferplanError(f"--{name}-gpu:{text[6:]}") from None
+            raise InferplanError(f"{name} pool: {text}") from None
+        model = flags.step_model(plan, moe_skew=moe_skew, class_token_shares=shares)
+        built[name] = pools.build_pool(name, plan, model, options)
+    prefill, decode = built["prefill"], built["decode"]
+    latency_s = (disagg.kv_link_latency_ms or 0.0) / 1e3
+    link = pools.pools_link(prefill.plan, decode.plan, latency_s)
+    result = pools.run_pools(requests, prefill, decode, link)
+    summary = summarize(
+        result.records,
+        result.itl,
+        duration_s=result.duration_s,
+        percentiles=percentiles,
+        goodput_slo_ms=goodput_slo(goodput),
+    )
+    summary["num_steps"] = result.prefill.num_steps + result.decode.num_steps
+    summary["disaggregated"] = True
+    summary["kv_transfer"] = pools.kv_transfer_json(result)
+    summary["pools"] = {
+        "prefill": pools.pool_json("prefill", prefill, result.prefill),
+        "decode": pools.pool_json("decode", decode, result.decode),
+    }
+    return summary
 
 
 @app.command()

@@ -412,3 +412,54 @@ def goodput_slo(pairs: tuple[str, ...]) -> dict[str, float] | None:
         except ValueError:
             raise InferplanError(problem) from None
     return out
+
+
+@dataclass(frozen=True)
+class DisaggFlags:
+    disaggregate: bool
+    prefill_gpu: str | None
+    prefill_tp: int | None
+    prefill_dp: int | None
+    decode_gpu: str | None
+    decode_tp: int | None
+    decode_dp: int | None
+    kv_link_latency_ms: float | None
+
+    def given(self) -> list[str]:
+        """The pool flags set on the command line, as flags."""
+        return [
+            "--" + f.name.replace("_", "-")
+            for f in fields(self)
+            if f.name != "disaggregate" and getattr(self, f.name) is not None
+        ]
+
+
+def _pool_options(pool: str) -> list[Callable[[Any], Any]]:
+    return [
+        click.option(f"--{pool}-gpu", default=None, help=f"{pool} pool's GPU (default: --gpu)"),
+        click.option(
+            f"--{pool}-tp", type=int, default=None, help=f"{pool} pool's TP (default: -tp)"
+        ),
+        click.option(f"--{pool}-dp", type=int, default=None, help=f"{pool} pool's replicas (1)"),
+    ]
+
+
+disagg_options = _grouped(
+    [
+        click.option(
+            "--disaggregate",
+            is_flag=True,
+            help="Prefill and decode on separate pools, KV moved between them",
+        ),
+        *_pool_options("prefill"),
+        *_pool_options("decode"),
+        click.option(
+            "--kv-link-latency-ms",
+            type=float,
+            default=None,
+            help="Fixed cost per KV transfer (default 0: bandwidth only)",
+        ),
+    ],
+    DisaggFlags,
+    "disagg",
+)

@@ -10,7 +10,7 @@ model, an MoE model and a pipeline-parallel plan.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplan.cli_flags import build_memory_plan
+from inferplan.cluster.disagg import DisaggResult, Pool, simulate_disaggregated
+from inferplan.cluster.kv_transfer import KvLink
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.blockpool import BlockPool, KvGroup, pool_layout
@@ -372,3 +374,74 @@ def test_arrival_tied_with_a_step_boundary_across_replicas() -> None:
         reject_some=False,
     )
     _check_case(case)
+
+
+# --- prefill/decode disaggregation (cluster/disagg.py) -------------------------------------
+
+
+@st.composite
+def disagg_cases(draw: st.DrawFn) -> tuple[Case, Case, float, float]:
+    """A prefill pool's case and a decode pool's (same workload, own KV, replicas, budget),
+    the link's bandwidth (bytes/s: slow enough to queue) and latency (s)."""
+    prefill = draw(cases(data_parallel_sizes=(1, 2)))
+    prefill = replace(
+        prefill,
+        preemption_mode="recompute",
+        scheduler="continuous",
+        max_concurrency=None,
+        kv_groups=None,
+    )
+    decode = replace(
+        prefill,
+        spare_blocks=draw(st.one_of(st.none(), st.integers(0, 60))),
+        max_num_seqs=draw(st.sampled_from([2, 5, 1024])),
+        max_num_batched_tokens=draw(st.sampled_from([64, 1000, 8192])),
+        data_parallel_size=draw(st.sampled_from([1, 2, 3])),
+    )
+    return (
+        prefill,
+        decode,
+        draw(st.sampled_from([1e9, 50e9, 1e12])),
+        draw(st.sampled_from([0.0, 1e-3])),
+    )
+
+
+def _run_disagg(
+    prefill: Case, decode: Case, bandwidth: float, latency: float, *, exact: bool
+) -> DisaggResult:
+    plan, model = _plan_and_model()
+    wl = _workload(prefill)
+    pools = [
+        Pool(name, _config(case, wl, plan, exact=exact), model)
+        for name, case in (("prefill", prefill), ("decode", decode))
+    ]
+    link = KvLink(bandwidth, latency)
+    return simulate_disaggregated(
+        wl, pools[0], pools[1], link, lambda tokens: tokens * plan.kv_bytes_per_token
+    )
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=disagg_cases())
+def test_fast_mode_equals_exact_mode_disaggregated(setup: tuple[Case, Case, float, float]) -> None:
+    """Both pools' schedules, the link's queue and every request's times agree; every request
+    ends completed or rejected; a request is admitted to decode only after its KV arrived."""
+    fast = _run_disagg(*setup, exact=False)
+    exact = _run_disagg(*setup, exact=True)
+    for stage in ("prefill", "decode"):
+        _assert_same(getattr(fast, stage), getattr(exact, stage))
+    f, e = fast.records, exact.records
+    np.testing.assert_array_equal(f.status, e.status)
+    np.testing.assert_array_equal(f.output_tokens, e.output_tokens)
+    for name in ("arrival_s", "first_token_s", "finish_s", "max_itl_s"):
+        np.testing.assert_allclose(
+            getattr(f, name), getattr(e, name), rtol=RTOL, atol=0, equal_nan=True, err_msg=name
+        )
+    statuses = {int(RequestStatus.COMPLETED), int(RequestStatus.REJECTED)}
+    assert set(e.status.tolist()) <= statuses
+    done = e.status == int(RequestStatus.COMPLETED)
+    np.testing.assert_array_equal(e.output_tokens[done], e.requested_tokens[done])
+    d = exact.decode.records
+    admitted = np.isfinite(d.first_scheduled_s)
+    assert np.all(d.first_scheduled_s[admitted] >= d.arrival_s[admitted])
+    assert fast.link.summary(1.0)["bytes"] == exact.link.summary(1.0)["bytes"]

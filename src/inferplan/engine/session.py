@@ -81,6 +81,12 @@ def simulate(
     options: ServingOptions,
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
+    sim_cfg = simulation_config(plan, options)
+    return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
+
+
+def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationConfig:
+    """The scheduler's limits from the plan, the run's knobs from the options."""
     cfg = plan.config
     host_link = plan.gpu.host_link_bytes_s or 32e9
     layout = pool_layout(plan)  # full and sliding-window layers share the pool
@@ -97,7 +103,7 @@ def simulate(
         num_scheduler_steps=options.num_scheduler_steps,
         kv_groups=layout.groups,
     )
-    sim_cfg = SimulationConfig(
+    return SimulationConfig(
         scheduler=scheduler,
         max_model_len=plan.max_model_len,
         data_parallel_size=options.data_parallel_size,
@@ -106,4 +112,3 @@ def simulate(
         max_concurrency=options.max_concurrency,
         exact=options.exact,
     )
-    return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)

@@ -32,6 +32,15 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
     kv = summary.get("kv_usage")
     if kv:
         rows.append(("KV usage mean / max", f"{kv['mean']:.1%} / {kv['max']:.1%}"))
+    kvt = summary.get("kv_transfer")
+    if kvt and kvt["num_transfers"]:
+        rows.append(
+            (
+                "KV transfer mean / p99 (ms)",
+                f"{kvt['mean_transfer_ms']:.2f} / {kvt['p99_transfer_ms']:.2f}",
+            )
+        )
+        rows.append(("KV link utilization", f"{kvt['link_utilization'] or 0:.1%}"))
     for label, value in rows:
         head.add_row(label, value)
     lat = Table(title="latency (ms)", title_justify="left")

@@ -1,0 +1,252 @@
+"""Prefill/decode disaggregation: a prefill pool, a KV link, a decode pool (DESIGN §3, 3c).
+
+A request runs in three stages, each on its own resources:
+
+1. **Prefill pool** (its own GPUs, memory plan and step-time model): the request is routed to a
+   prefill replica and scheduled there by vLLM v1's scheduler with ``max_tokens = 1``, as vLLM's
+   P/D proxy and SGLang's prefill servers do; the prefill's final chunk samples the first token.
+   Its KV blocks are freed when the prefill ends (the transfer is assumed to read them before
+   they are reused: optimistic for the prefill pool's memory).
+2. **KV transfer** (``cluster/kv_transfer.py``): the prompt's KV bytes (``prompt_kv_bytes``:
+   ``kv_bytes_per_token x prompt`` for full attention; a sliding-window layer sends only its
+   window) over the link between the pools, first come first served in the order prefills end.
+3. **Decode pool**: the request arrives at a decode replica when its last KV byte does, and is
+   admitted by vLLM v1's scheduler with its prompt already computed (``KvArrivedScheduler``):
+   its KV blocks (prompt + the first token's slot) are allocated at admission, not earlier, and
+   it decodes from its second token on. A request preempted on the decode pool recomputes its
+   prompt and output there (vLLM v1 recomputes; nothing goes back to the prefill pool).
+
+**TTFT** follows SGLang's disaggregated mode: the client streams from the decode server, which
+returns the prefill's first token once the KV transfer has completed, so the first token counts
+at the transfer's end (prefill + transfer wait + wire time). The gap to the second token counts
+the wait for decode admission. A request asking for one token ends on the prefill pool (nothing
+to decode; no transfer). A request longer than the decode pool's ``max_model_len`` is refused at
+arrival (SGLang's router sends it to both servers, and the decode server's frontend refuses it).
+
+The stages are simulated one after the other: the prefill pool does not depend on the decode
+pool (no back-pressure: SGLang bounds decode pre-allocation by the decode pool's free KV, which
+is not modelled; prefill requests never wait for decode memory), so its run fixes each
+request's transfer start, the link fixes each arrival at the decode pool, and the decode pool
+replays those arrivals. A client-side concurrency limit would couple the stages and is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue
+from inferplan.engine.schedulers import Scheduler
+from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.errors import InferplanError
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.request import Workload
+
+
+class KvArrivedScheduler(Scheduler):
+    """vLLM v1's scheduler on a decode instance. A request never scheduled here arrives with
+    its prompt's KV: admission allocates the blocks of prompt + 1 tokens (the first output
+    token's KV is written by the next step) and schedules one decode token; a request
+    preempted here re-enters as vLLM v1's recompute does (the base class)."""
+
+    vector_step = False  # the vector step admits rows with nothing computed
+
+    def _kv_arrived(self, rid: int) -> bool:
+        return math.isnan(self.records.first_scheduled_s[rid])
+
+    def head_chunk(self, budget: int, available: int) -> int | None:
+        rid, tokens = self.waiting.peek()
+        if not self._kv_arrived(rid):
+            return super().head_chunk(budget, available)
+        fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) <= available
+        return 1 if fits else None
+
+    def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
+        """vLLM v1's waiting pass; a request whose KV arrived joins with its prompt computed,
+        its last-token clock at its arrival (the first token reached this server then)."""
+        run, waiting, pool, rec = self.running, self.waiting, self.pool, self.records
+        while len(waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
+            chunk = self.head_chunk(budget, self.available_blocks())
+            if chunk is None:
+                break
+            rid, tokens = waiting.peek()
+            waiting.pop()
+            target = int(self.target_tokens[rid])
+            if self._kv_arrived(rid):
+                held = pool.blocks_for_one(tokens + 1)
+                rec.first_scheduled_s[rid] = now
+                arrived = float(rec.arrival_s[rid])
+                run.append(rid, tokens, tokens + 1, 1, target, held, arrived)
+            else:  # preempted here: recompute from nothing, as the base pass does
+                held = pool.blocks_for_one(chunk)
+                generated = int(tokens - self.prompt_tokens[rid])
+                run.append(rid, 0, tokens, generated, target, held, now)
+            pool.free -= held
+            sched.append(chunk)
+            budget -= chunk
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool's replicas: scheduler limits and run knobs, and their step-time model."""
+
+    name: str
+    config: SimulationConfig
+    model: StepTimeModel
+
+
+@dataclass
+class DisaggResult:
+    """The combined per-request records (times from the first arrival) and each stage."""
+
+    records: RequestRecords
+    itl: ItlHistogram
+    prefill: SimulationResult
+    decode: SimulationResult
+    link: KvTransferQueue
+    duration_s: float
+    time_offset_s: float
+
+
+def _subset(
+    workload: Workload, ids: np.ndarray, arrival_s: np.ndarray, output: np.ndarray
+) -> Workload:
+    """Rows ``ids`` of a workload, with new arrival times and output lengths."""
+    return Workload(
+        arrival_s=arrival_s,
+        input_tokens=workload.input_tokens[ids],
+        output_tokens=output,
+        class_ids=workload.class_ids[ids],
+        class_names=workload.class_names,
+        priorities=None if workload.priorities is None else workload.priorities[ids],
+        source=workload.source,
+    )
+
+
+def _stage_times(result: SimulationResult, origin_s: float) -> dict[str, np.ndarray]:
+    """A stage's times on the combined clock (seconds after the first arrival), from a stage
+    whose workload's clock starts at ``origin_s`` on it (the trace's first arrival for the
+    prefill stage; 0 for the decode stage, whose arrivals are on the combined clock)."""
+    shift = result.time_offset_s - origin_s
+    rec = result.records
+    return {
+        name: getattr(rec, name) + shift
+        for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+    }
+
+
+def simulate_disaggregated(
+    workload: Workload,
+    prefill: Pool,
+    decode: Pool,
+    link: KvLink,
+    prompt_kv_bytes: Callable[[int], float],
+) -> DisaggResult:
+    """Run ``workload`` through the prefill pool, the KV link and the decode pool."""
+    for pool in (prefill, decode):
+        if pool.config.max_concurrency is not None:
+            raise InferplanError(
+                "--max-concurrency: a client-side limit couples the prefill and decode pools; "
+                "not supported with --disaggregate"
+            )
+    n = workload.num_requests
+    t0 = float(workload.arrival_s[0]) if n else 0.0
+    rec = _empty_records(workload, t0)
+    total = workload.input_tokens + workload.output_tokens
+    accepted = np.flatnonzero(total <= decode.config.max_model_len)
+
+    # 1. Prefill: every accepted request, one output token.
+    p_wl = _subset(
+        workload, accepted, workload.arrival_s[accepted], np.ones(len(accepted), np.int64)
+    )
+    p_res = Simulation(p_wl, prefill.config, prefill.model).run()
+    p_rec, p_times = p_res.records, _merge_prefill(rec, accepted, p_res, t0)
+
+    # 2. KV transfer, in the order prefills end (ties: request order).
+    done = p_rec.status == int(RequestStatus.COMPLETED)
+    moving = done & (workload.output_tokens[accepted] > 1)
+    rows = np.flatnonzero(moving)
+    rows = rows[np.argsort(p_times["finish_s"][rows], kind="stable")]
+    ids = accepted[rows]
+    queue = KvTransferQueue(link)
+    arrived = np.array(
+        [
+            queue.submit(
+                float(p_times["finish_s"][row]),
+                prompt_kv_bytes(int(workload.input_tokens[rid])),
+            )
+            for row, rid in zip(rows, ids, strict=True)
+        ],
+        dtype=np.float64,
+    )
+    rec.status[ids] = int(RequestStatus.REJECTED)  # until the decode pool completes them
+
+    # 3. Decode: arrivals when the KV has arrived.
+    d_res = _run_decode(_subset(workload, ids, arrived, workload.output_tokens[ids]), decode)
+    _merge_decode(rec, ids, arrived, d_res)
+    ends = rec.finish_s[np.isfinite(rec.finish_s)]
+    duration = float(ends.max()) if len(ends) else 0.0
+    return DisaggResult(rec, d_res.itl, p_res, d_res, queue, duration, t0)
+
+
+def _empty_records(workload: Workload, t0: float) -> RequestRecords:
+    """Every request's row, rejected until a stage completes it."""
+    rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
+    rec.dispatch_s[:] = workload.arrival_s - t0
+    rec.input_tokens[:] = workload.input_tokens
+    rec.class_ids[:] = workload.class_ids
+    assert rec.requested_output_tokens is not None
+    rec.requested_output_tokens[:] = workload.output_tokens
+    rec.status[:] = int(RequestStatus.REJECTED)
+    return rec
+
+
+def _merge_prefill(
+    rec: RequestRecords, accepted: np.ndarray, p_res: SimulationResult, t0: float
+) -> dict[str, np.ndarray]:
+    """The prefill stage's outcome into the combined records; its times on that clock."""
+    p_rec, p_times = p_res.records, _stage_times(p_res, t0)
+    for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"):
+        getattr(rec, name)[accepted] = p_times[name]
+    rec.status[accepted] = p_rec.status
+    rec.output_tokens[accepted] = p_rec.output_tokens
+    for name in ("num_preemptions", "recomputed_tokens", "swapped_bytes"):
+        getattr(rec, name)[accepted] += getattr(p_rec, name)
+    return p_times
+
+
+def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
+    """The decode pool's replicas with ``KvArrivedScheduler`` in place of vLLM v1's."""
+    d_sim = Simulation(d_wl, decode.config, decode.model)
+    for replica in d_sim.replicas:
+        replica.scheduler = KvArrivedScheduler(
+            replica.cfg,
+            replica.running,
+            replica.waiting,
+            replica.swapped,
+            replica.pool,
+            replica.records,
+            replica.prompt_tokens,
+        )
+    return d_sim.run()
+
+
+def _merge_decode(
+    rec: RequestRecords, ids: np.ndarray, arrived: np.ndarray, d_res: SimulationResult
+) -> None:
+    """The decode stage's outcome into the combined records: the first token counts when the
+    KV (and the token with it) reached the decode server; the rest is the decode pool's."""
+    d_rec, d_times = d_res.records, _stage_times(d_res, 0.0)
+    completed = d_rec.status == int(RequestStatus.COMPLETED)
+    rec.status[ids] = d_rec.status
+    rec.first_token_s[ids] = np.where(completed, arrived, np.nan)
+    rec.finish_s[ids] = d_times["finish_s"]
+    rec.output_tokens[ids] = d_rec.output_tokens
+    rec.max_itl_s[ids] = d_rec.max_itl_s
+    for name in ("num_preemptions", "recomputed_tokens", "swapped_bytes"):
+        getattr(rec, name)[ids] += getattr(d_rec, name)
