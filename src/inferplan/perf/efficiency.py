@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplan.errors import InferplanError
 from inferplan.specs.hardware import GpuSpec
+from inferplan.textfile import read_user_yaml
 
 FAMILY_OF_ARCHITECTURE = {
     "hopper": "hopper",
@@ -86,12 +87,7 @@ def efficiency_for(gpu: GpuSpec) -> Efficiency:
 
 def load_efficiency_file(path: Path) -> Efficiency:
     """A calibration file (``--calibration``): the same keys, under ``efficiency:``."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InferplanError(f"--calibration: file {path} does not exist") from None
-    except yaml.YAMLError:
-        raise InferplanError(f"--calibration: {path} is not valid YAML") from None
+    data = read_user_yaml(path, "--calibration")
     if isinstance(data, dict) and "efficiency" in data:
         data = data["efficiency"]
     return parse_efficiency(data, str(path))

@@ -16,7 +16,6 @@ measure).
 
 from __future__ import annotations
 
-import json
 import math
 from functools import partial
 from pathlib import Path
@@ -28,6 +27,7 @@ from inferplan.errors import InferplanError
 from inferplan.plan.benchcsv import read_bench_csv
 from inferplan.plan.benchrecord import MEASUREMENTS, BenchRecord, BenchSettings, read_result_text
 from inferplan.plan.validation import Deployment, Run
+from inferplan.textfile import parse_json
 from inferplan.workload import synthetic
 from inferplan.workload.request import Workload
 
@@ -41,10 +41,7 @@ def _number(data: dict[str, Any], key: str, path: Path) -> float:
 
 def read_bench_result(path: Path) -> BenchRecord:
     """Settings and measurements of one result file; errors name the file and the key."""
-    try:
-        data = json.loads(read_result_text(path))
-    except json.JSONDecodeError as err:
-        raise InferplanError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    data = parse_json(read_result_text(path), str(path))
     if not isinstance(data, dict):
         raise InferplanError(f"{path}: expected a JSON object (a vllm bench serve result)")
     completed = int(_number(data, "completed", path))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inferplan.errors import InferplanError
 from inferplan.specs.model import ModelSpec, parse_config
+from inferplan.textfile import read_user_json
 
 # Short name (the bundled file's stem) -> Hugging Face organisation.
 BUNDLED_MODELS: dict[str, str] = {
@@ -84,6 +85,10 @@ def _bundled_config(short: str) -> dict[str, object]:
 
 def load_model(name: str) -> ModelSpec:
     """A ModelSpec from a bundled name or a ``config.json`` path."""
+    if not name.strip() or "\0" in name:
+        raise InferplanError(
+            f"--model: {name!r} is not a model name or path (`inferplan models` lists them)"
+        )
     short = None if Path(name).exists() else resolve_model_name(name)
     if short is not None:
         return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
@@ -102,16 +107,5 @@ def load_model(name: str) -> ModelSpec:
 
 
 def _load_config_file(path: Path) -> ModelSpec:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InferplanError(f"--model: file {path} does not exist") from None
-    except OSError as err:
-        raise InferplanError(f"--model: cannot read {path}: {err.strerror}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InferplanError(
-            f"{path}:{err.lineno}: not valid JSON ({err.msg}); expected a Hugging Face config.json"
-        ) from None
+    cfg = read_user_json(path, "model config", expected="a Hugging Face config.json")
     return parse_config(cfg, name=str(path), source=str(path))

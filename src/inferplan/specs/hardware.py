@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplan.errors import InferplanError
+from inferplan.textfile import read_user_yaml
 
 GIB = 1024**3
 
@@ -189,6 +190,8 @@ def bundled_gpus() -> dict[str, GpuSpec]:
 
 def load_gpu(name: str) -> GpuSpec:
     """A GpuSpec from a short name, a catalog key or a YAML file path."""
+    if not name.strip() or "\0" in name:
+        raise InferplanError(f"--gpu: {name!r} is not a GPU name or path (`inferplan gpus`)")
     catalog = bundled_gpus()
     key = name.strip().lower().replace("-", "_")
     key = SHORT_NAMES.get(key, key)
@@ -204,14 +207,7 @@ def load_gpu(name: str) -> GpuSpec:
 
 
 def _load_gpu_file(path: Path) -> GpuSpec:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InferplanError(f"--gpu: file {path} does not exist") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InferplanError(f"{path}{line}: not valid YAML") from None
+    data = read_user_yaml(path, "GPU")
     specs = _parse_catalog(data, str(path))
     if len(specs) != 1:
         raise InferplanError(
