@@ -129,12 +129,13 @@ def read_user_yaml(path: Path, what: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(err, "problem", None)
         detail = f" ({problem})" if problem else ""
-        raise InferplanError(f"{path}{line}: not valid YAML{detail}") from None
+        raise InferplanError(f"{where}: not valid YAML{detail}") from None
     except RecursionError:
         raise InferplanError(f"{path}: YAML nested too deeply") from None
     except ValueError:  # an integer of more than 4,300 digits
-        line = _line_of(text, _LONG_DIGITS)
-        raise InferplanError(f"{path}:{line}: a number with more than 4,300 digits") from None
+        number_line = _line_of(text, _LONG_DIGITS)
+        message = f"{path}:{number_line}: a number with more than 4,300 digits"
+        raise InferplanError(message) from None

@@ -29,19 +29,25 @@ FAMILY_OF_ARCHITECTURE = {
 }
 
 
+# Upper bounds on overheads: a second per step or per collective is no GPU's behaviour; the
+# bundled families use microseconds. They keep a hand-edited file from planning with absurd
+# constants (or .inf, which YAML accepts).
+MAX_OVERHEAD_S = 1.0
+
+
 class _EfficiencyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     gemm_compute: float = Field(gt=0, le=1)
-    gemm_half_tokens: float = Field(ge=0)
+    gemm_half_tokens: float = Field(ge=0, le=1e9)
     memory_bandwidth: float = Field(gt=0, le=1)
     attention_compute: float = Field(gt=0, le=1)
     attention_memory: float = Field(gt=0, le=1)
     collective_bandwidth: float = Field(gt=0, le=1)
-    collective_latency_s: float = Field(ge=0)
-    step_overhead_s: float = Field(ge=0)
-    per_seq_overhead_s: float = Field(ge=0)
-    eager_layer_overhead_s: float = Field(ge=0)
-    elementwise_passes: float = Field(ge=0)
+    collective_latency_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    step_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    per_seq_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    eager_layer_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    elementwise_passes: float = Field(ge=0, le=1000)
 
 
 @dataclass(frozen=True)

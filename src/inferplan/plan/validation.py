@@ -56,6 +56,8 @@ class Deployment:
     scheduler: str = "continuous"  # or "prefill-first" (vLLM V0 without chunked prefill)
     num_scheduler_steps: int = 1  # vLLM V0 multi-step scheduling (prefill-first)
     cpu_costs: str | None = None  # an engine release of data/engine_cpu_costs.yaml
+    pp: int = 1
+    enable_expert_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -321,14 +323,19 @@ def runs_for(case: dict[str, Any]) -> list[Run]:
 
 
 def _plan(deployment: Deployment) -> MemoryPlan:
-    par = Parallelism(tp=deployment.tp, dp=deployment.dp)
+    par = Parallelism(
+        tp=deployment.tp,
+        pp=deployment.pp,
+        dp=deployment.dp,
+        enable_expert_parallel=deployment.enable_expert_parallel,
+    )
     memory = replace(
         deployment.memory,
         quantization=deployment.quantization,
         kv_cache_dtype=deployment.kv_cache_dtype,
     )
     plan = plan_memory(load_model(deployment.model), load_gpu(deployment.gpu), par, memory)
-    if deployment.memory.block_size == 32:  # TensorRT-LLM: 0.9 of what is left after weights
+    if deployment.engine == "trtllm":  # TensorRT-LLM: 0.9 of what is left after weights
         stage = plan.worst_stage
         used = stage.weights.total_bytes + stage.activation_bytes + stage.reserve_bytes
         utilization = 0.9 + 0.1 * used / plan.gpu.memory_bytes
@@ -372,7 +379,7 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
     efficiency = deployment_efficiency(run.deployment, efficiency or efficiency_for(plan.gpu))
     model = build_step_model(plan, efficiency=efficiency)
     options = ServingOptions(
-        data_parallel_size=run.deployment.dp,
+        data_parallel_size=plan.parallelism.num_replicas,
         engine=run.deployment.engine,
         scheduler=run.deployment.scheduler,
         num_scheduler_steps=run.deployment.num_scheduler_steps,

@@ -14,6 +14,7 @@ one accelerator's mapping at the top level. Required: ``memory.capacity_gb``,
 from __future__ import annotations
 
 import difflib
+import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
@@ -50,35 +51,45 @@ SHORT_NAMES: dict[str, str] = {
 }
 
 
+# Sanity bounds on a user's figures (not physical limits): far above any announced part, so a
+# unit slip (GB typed as bytes) or a YAML ``.inf`` is refused instead of planned with.
+MAX_CAPACITY_GB = 100_000.0
+MAX_BANDWIDTH_TBPS = 1000.0
+MAX_TFLOPS = 1e6
+MAX_LINK_GBPS = 1e6
+MAX_DOMAIN_SIZE = 1_000_000
+_STRICT = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
 class _Memory(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    capacity_gb: float = Field(gt=0)
-    bandwidth_tbps: float = Field(gt=0)
-    usable_gib: float | None = Field(default=None, gt=0)
+    model_config = _STRICT
+    capacity_gb: float = Field(gt=0, le=MAX_CAPACITY_GB)
+    bandwidth_tbps: float = Field(gt=0, le=MAX_BANDWIDTH_TBPS)
+    usable_gib: float | None = Field(default=None, gt=0, le=MAX_CAPACITY_GB)
 
 
 class _Link(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    unidir_gbps: float | None = Field(default=None, gt=0)
-    domain_size: int | None = Field(default=None, ge=1)
+    model_config = _STRICT
+    unidir_gbps: float | None = Field(default=None, gt=0, le=MAX_LINK_GBPS)
+    domain_size: int | None = Field(default=None, ge=1, le=MAX_DOMAIN_SIZE)
 
 
 class _ScaleOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    nic_gbit_per_gpu: float | None = Field(default=None, gt=0)
+    model_config = _STRICT
+    nic_gbit_per_gpu: float | None = Field(default=None, gt=0, le=MAX_LINK_GBPS * 8)
 
 
 class _Accelerator(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     name: str | None = None
     vendor: str = "unknown"
     architecture: str = "unknown"
     memory: _Memory
-    compute_dense_tflops: dict[str, Annotated[float, Field(gt=0)] | None]
+    compute_dense_tflops: dict[str, Annotated[float, Field(gt=0, le=MAX_TFLOPS)] | None]
     scale_up: _Link = Field(default_factory=_Link)
     host_link: _Link = Field(default_factory=_Link)
     scale_out_typical: _ScaleOut = Field(default_factory=_ScaleOut)
-    tdp_w: float | None = Field(default=None, gt=0)
+    tdp_w: float | None = Field(default=None, gt=0, le=1e6)
     cloud_prices_usd_per_gpu_hour: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -123,7 +134,9 @@ _FALLBACK: dict[str, tuple[str, ...]] = {
 
 def _default_price(prices: list[dict[str, Any]]) -> float | None:
     """Median of the on-demand list prices, else of every listed price."""
-    listed = [p for p in prices if isinstance(p.get("price"), int | float)]
+    listed = [
+        p for p in prices if isinstance(p.get("price"), int | float) and 0 <= p["price"] < math.inf
+    ]
     on_demand = [p["price"] for p in listed if str(p.get("kind", "")).startswith("on-demand")]
     pool = on_demand or [p["price"] for p in listed]
     return float(statistics.median(pool)) if pool else None
