@@ -21,6 +21,7 @@ from inferplan.cli_checks import (
     Bound,
     bounded,
     check_output_path,
+    check_replicas,
     goodput_slo,
     int_list,
     percentile_list,
@@ -211,6 +212,7 @@ def simulate(
     percentiles = percentile_list("--metric-percentiles", metric_percentiles)
     slo_ms = goodput_slo(goodput)
     plan = deployment.plan()
+    check_replicas(plan.parallelism.num_replicas)
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
     options = ServingOptions(

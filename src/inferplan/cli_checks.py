@@ -25,7 +25,13 @@ from typing import Any
 import click
 
 from inferplan.errors import InferplanError
-from inferplan.limits import MAX_DEVICES, MAX_LIST_VALUES, MAX_SLO_MS, MAX_TOKENS
+from inferplan.limits import (
+    MAX_DEVICES,
+    MAX_LIST_VALUES,
+    MAX_SIMULATED_REPLICAS,
+    MAX_SLO_MS,
+    MAX_TOKENS,
+)
 from inferplan.metrics.latency import SLO_METRICS
 from inferplan.specs.model import ModelSpec
 
@@ -188,6 +194,16 @@ def check_devices(tp: int, pp: int, dp: int) -> None:
         raise InferplanError(
             f"-tp {tp} x -pp {pp} x -dp {dp} = {tp * pp * dp:,} devices; at most "
             f"{MAX_DEVICES:,} (MAX_DEVICES)"
+        )
+
+
+def check_replicas(num_replicas: int) -> None:
+    """simulate steps every replica: at most MAX_SIMULATED_REPLICAS of them."""
+    if num_replicas > MAX_SIMULATED_REPLICAS:
+        raise InferplanError(
+            f"--data-parallel-size: {num_replicas:,} replicas; simulate steps at most "
+            f"{MAX_SIMULATED_REPLICAS:,} (MAX_SIMULATED_REPLICAS); simulate one replica's share "
+            "of the traffic instead"
         )
 
 

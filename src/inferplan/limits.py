@@ -14,6 +14,8 @@ the margins:
   only their span is bounded.
 - Tokens: 10^9 per request, far above any context window (the largest bundled is 262,144).
 - Devices: 131,072 per deployment (the largest published training clusters are ~100k GPUs).
+- Simulated replicas: 1,024 (setting up 131,072 takes 37 s before the first request); a larger
+  fleet is planned by simulating one replica's share of the traffic.
 - Step token budget 2^24 and running sequences 2^20: vLLM's defaults are 8,192 and 1,024.
 - Burstiness (gamma shape) at least 0.01: the inter-arrival coefficient of variation is
   1/sqrt(shape), 10 at 0.01; below that nearly every gamma draw underflows to 0 s.
@@ -28,6 +30,7 @@ MAX_DEVICES = 131_072  # tp x pp x dp
 MAX_STEP_TOKENS = 2**24  # --max-num-batched-tokens
 MAX_NUM_SEQS = 2**20  # --max-num-seqs, --batch-sizes
 MAX_BLOCK_TOKENS = 4096  # --block-size for engines without a fixed list
+MAX_SIMULATED_REPLICAS = 1024  # simulate: replicas stepped side by side (0.3 s to set up)
 MAX_SCHEDULER_STEPS = 1024  # --num-scheduler-steps (vLLM V0 used 8-16)
 MIN_BURSTINESS = 0.01
 MAX_SEED = 2**64 - 1
