@@ -56,7 +56,7 @@ def fuzz_settings(ci_examples: int) -> settings:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         # CI reports the failing draw as found (its argv is in the message); shrinking a
         # command line that reads files can take minutes.
-        phases=None if _LONG else [Phase.explicit, Phase.reuse, Phase.generate],
+        phases=tuple(Phase) if _LONG else (Phase.explicit, Phase.reuse, Phase.generate),
     )
 
 
