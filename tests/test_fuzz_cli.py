@@ -247,6 +247,7 @@ MUTATIONS: dict[str, Callable[[str, int, str], bytes | None]] = {
     "number": lambda text, i, new: _replace_number(text, i, new).encode(),
 }
 _counter = itertools.count()
+ODD_PATHS = ["", " ", "a" * 5000, "x\0y", "/", "~", "a\nb", "ü.json", "-", "nope.yaml"]
 
 
 @st.composite
@@ -299,7 +300,8 @@ def flags(draw: st.DrawFn, table: dict[str, Value], clean: bool) -> list[str]:
 
 @st.composite
 def deployment(draw: st.DrawFn, folder: Path, clean: bool) -> list[str]:
-    model = draw(st.one_of(st.sampled_from(MODELS), user_file(folder, "config.json", clean)))
+    odd = st.sampled_from(["Llama-3.1-8B"] if clean else ODD_PATHS)
+    model = draw(st.one_of(st.sampled_from(MODELS), user_file(folder, "config.json", clean), odd))
     gpu = draw(st.one_of(st.sampled_from(GPUS), user_file(folder, "gpu.yaml", clean)))
     argv = ["--model", model, "--gpu", gpu, *draw(flags(DEPLOYMENT_FLAGS, clean))]
     if draw(st.integers(0, 3)) == 0:
@@ -327,7 +329,7 @@ def workload_flags(draw: st.DrawFn, folder: Path, clean: bool) -> list[str]:
     name = draw(names.pick(clean))
     argv = ["--dataset-name", name, "--num-prompts", draw(ints(1, 40).pick(clean))]
     if name == "trace":
-        bundled = options("azure_llm_2023_conv", "vidur_splitwise_conv", bad=("", "nope"))
+        bundled = options("azure_llm_2023_conv", "vidur_splitwise_conv", bad=tuple(ODD_PATHS))
         path = draw(
             st.one_of(
                 user_file(folder, "trace.csv", clean),
@@ -404,7 +406,7 @@ def test_calibrate_keeps_the_contract(folder: Path, data: st.DataObject, clean: 
     output = data.draw(
         Value(
             st.just(str(folder / f"{next(_counter)}-fitted.yaml")),
-            [str(folder), str(folder / "absent" / "x.yaml"), ""],
+            [str(folder), str(folder / "absent" / "x.yaml"), *ODD_PATHS],
         ).pick(clean)
     )
     model = data.draw(choice("Llama-3.1-8B", "Qwen3-8B"))

@@ -21,6 +21,7 @@ from inferplan.cli_checks import (
     Bound,
     bounded,
     check_output_path,
+    check_prefill_first_budget,
     check_replicas,
     goodput_slo,
     int_list,
@@ -213,6 +214,9 @@ def simulate(
     slo_ms = goodput_slo(goodput)
     plan = deployment.plan()
     check_replicas(plan.parallelism.num_replicas)
+    # DP-attention ranks schedule side by side: their budgets add up (engine/session.py).
+    budget = plan.config.max_num_batched_tokens * plan.parallelism.attention_dp
+    check_prefill_first_budget(scheduler, budget, plan.max_model_len)
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
     options = ServingOptions(

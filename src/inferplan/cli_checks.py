@@ -34,6 +34,7 @@ from inferplan.limits import (
 )
 from inferplan.metrics.latency import SLO_METRICS
 from inferplan.specs.model import ModelSpec
+from inferplan.textfile import path_is_dir
 
 # vLLM 0.11 ``vllm/config/cache.py``: ``BlockSize = Literal[1, 8, 16, 32, 64, 128]``.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
@@ -178,13 +179,16 @@ def check_output_path(flag: str, path: str) -> Path:
     check_name(flag, path)
     target = Path(path)
     parent = target.parent
-    if target.is_dir():
+    if path_is_dir(target):
         raise InferplanError(f"{flag}: {path} is a folder; give a file name")
-    if not parent.is_dir():
+    if not path_is_dir(parent):
         raise InferplanError(f"{flag}: folder {parent} does not exist")
-    writable = os.access(target, os.W_OK) if target.exists() else os.access(parent, os.W_OK)
+    try:
+        writable = os.access(target, os.W_OK) if target.exists() else os.access(parent, os.W_OK)
+    except (OSError, ValueError):
+        writable = False
     if not writable:
-        raise InferplanError(f"{flag}: cannot write {path} (permission denied)")
+        raise InferplanError(f"{flag}: cannot write {path} (no permission, or not a valid path)")
     return target
 
 
@@ -204,6 +208,17 @@ def check_replicas(num_replicas: int) -> None:
             f"--data-parallel-size: {num_replicas:,} replicas; simulate steps at most "
             f"{MAX_SIMULATED_REPLICAS:,} (MAX_SIMULATED_REPLICAS); simulate one replica's share "
             "of the traffic instead"
+        )
+
+
+def check_prefill_first_budget(scheduler: str, budget_tokens: int, max_model_len: int) -> None:
+    """vLLM V0 without chunked prefill refuses a token budget below max_model_len (a prompt must
+    fit one step); ``--scheduler prefill-first`` emulates it, so the same rule holds."""
+    if scheduler == "prefill-first" and budget_tokens < max_model_len:
+        raise InferplanError(
+            f"--scheduler prefill-first: --max-num-batched-tokens {budget_tokens} is below "
+            f"--max-model-len {max_model_len} (given or defaults); vLLM V0 without chunked "
+            "prefill refuses it: raise --max-num-batched-tokens or lower --max-model-len"
         )
 
 

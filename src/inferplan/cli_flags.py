@@ -176,6 +176,9 @@ class WorkloadFlags:
     burstiness: float
     seed: int
 
+    def check(self) -> None:
+        check_name("--dataset-path", self.dataset_path)
+
     def build(self) -> Workload:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return build_workload(values.pop("dataset_name"), **values)

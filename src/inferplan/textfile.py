@@ -27,6 +27,22 @@ from inferplan.limits import MAX_USER_FILE_BYTES
 _LONG_DIGITS = re.compile(r"\d{4300,}")
 
 
+def path_exists(path: Path) -> bool:
+    """``path.exists()``, False where the name cannot be a path (too long, a NUL byte)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def path_is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where the name cannot be a path (too long, a NUL byte)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def read_user_bytes(path: Path, what: str) -> bytes:
     """The file's bytes; a missing, empty, folder, unreadable or oversized path is one line."""
     if not str(path).strip():

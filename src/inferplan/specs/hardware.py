@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplan.errors import InferplanError
-from inferplan.textfile import read_user_yaml
+from inferplan.textfile import path_exists, read_user_yaml
 
 GIB = 1024**3
 
@@ -211,7 +211,7 @@ def load_gpu(name: str) -> GpuSpec:
     if key in catalog:
         return catalog[key]
     path = Path(name)
-    if path.suffix in {".yaml", ".yml"} or path.exists():
+    if path.suffix in {".yaml", ".yml"} or path_exists(path):
         return _load_gpu_file(path)
     names = sorted(set(SHORT_NAMES) | set(catalog))
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.4)

@@ -33,7 +33,7 @@ import numpy as np
 
 from inferplan.errors import InferplanError
 from inferplan.limits import MAX_TOKENS
-from inferplan.textfile import parse_json, read_user_text
+from inferplan.textfile import parse_json, path_is_dir, read_user_text
 from inferplan.workload.fields import shown_text
 from inferplan.workload.pmf import Pmf, compact_token_pmf, make_pmf
 from inferplan.workload.request import FloatArray, IntArray
@@ -90,7 +90,7 @@ def build_servegen_distribution(folder: str | Path) -> ServegenDistribution:
 
 
 def _client_files(folder: Path) -> list[tuple[Path, Path]]:
-    if not folder.is_dir():
+    if not path_is_dir(folder):
         raise InferplanError(f"{folder}: not a folder; a ServeGen folder holds chunk-<i>-* files")
     ids = sorted(
         int(match.group(1))
@@ -281,7 +281,7 @@ def read_servegen_json(path: str | Path) -> ServegenDistribution:
 def load_servegen(path: str | Path) -> ServegenDistribution:
     """A ServeGen folder (pooled here) or a JSON file written by ``write_servegen_json``."""
     path = Path(path)
-    return build_servegen_distribution(path) if path.is_dir() else read_servegen_json(path)
+    return build_servegen_distribution(path) if path_is_dir(path) else read_servegen_json(path)
 
 
 @cache
