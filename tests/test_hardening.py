@@ -366,6 +366,17 @@ def test_a_bad_result_value_names_the_file_and_key_not_a_flag(
     assert "--" not in message.removeprefix("error: ")
 
 
+def test_a_result_whose_requests_cannot_run_is_refused_naming_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Found by the fuzz suite: prompts above the model's length were all rejected, and the
+    # metric of no completed request reached the fit as None (a TypeError).
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({**RESULT, "total_input_tokens": 5_000_000}))
+    message = refused(capsys, "calibrate", *LLAMA, str(path), "-o", str(tmp_path / "fit.yaml"))
+    assert str(path) in message and "none of the 10 re-simulated requests completed" in message
+
+
 def test_an_unwritable_output_fails_before_the_fit(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -392,7 +392,14 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
 def predict(run: Run, efficiency: Efficiency | None = None) -> float:
     """The simulated value of ``run.metric`` (runs sharing a workload share one simulation)."""
     key = (replace(run, label="", metric="", measured=0.0),)
-    return _METRICS[run.metric](_summary(key, efficiency))
+    summary = _summary(key, efficiency)
+    if not summary["completed"]:  # every metric would be None
+        raise InferplanError(
+            f"{run.case_id}: none of the {summary['num_requests']} re-simulated requests "
+            f"completed ({summary['rejected']} rejected: prompt and output above the max model "
+            "length?), so there is nothing to compare with the measurement"
+        )
+    return _METRICS[run.metric](summary)
 
 
 def validate(
