@@ -108,13 +108,14 @@ def test_every_user_file_gets_a_one_line_error(
 
 
 @pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace"])
-def test_a_folder_or_an_empty_path_is_refused(
+def test_a_folder_an_empty_path_or_an_impossible_name_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
 ) -> None:
     folder = tmp_path / f"folder{SUFFIX.get(kind, '.csv')}"
     folder.mkdir()
     assert "folder" in refused(capsys, *file_flags(kind, str(folder)))
     refused(capsys, *file_flags(kind, ""))
+    refused(capsys, *file_flags(kind, "a" * 5000 + SUFFIX.get(kind, ".csv")))  # too long a name
 
 
 def test_a_byte_order_mark_is_read_as_utf8(
