@@ -239,7 +239,7 @@ MUTATIONS: dict[str, Callable[[str, int, str], bytes | None]] = {
     "truncated": lambda text, i, new: text.encode()[: i % len(text)],
     "empty": lambda text, i, new: b"",
     "folder": lambda text, i, new: None,
-    "deep": lambda text, i, new: ("[" * 20_000 + "]" * 20_000).encode(),
+    "deep": lambda text, i, new: ("[" * 5000 + "]" * 5000).encode(),
     "duplicate_line": lambda text, i, new: "".join(
         line + (line if n == i % len(text.splitlines()) else "")
         for n, line in enumerate(text.splitlines(keepends=True))
