@@ -2,7 +2,9 @@
 
 Deployment flags follow vLLM's names and meanings; workload flags follow ``vllm bench serve``.
 A decorator adds a group's options to a command and hands the command one object
-(``deployment`` or ``workload``) instead of a dozen parameters.
+(``deployment`` or ``workload``) instead of a dozen parameters. Each option's type carries its
+range (``cli_checks.bounded``), and the decorator calls the group's ``check()`` (names, device
+count, the files given) before the command does any work (``docs/errors.md``).
 """
 
 from __future__ import annotations
