@@ -90,13 +90,20 @@ def file_flags(kind: str, path: str) -> list[str]:
         "calibration": ["roofline", *LLAMA, "--calibration", path],
         "table": ["roofline", *LLAMA, "--operator-table", path],
         "trace": ["simulate", *LLAMA, "--dataset-name", "trace", "--dataset-path", path],
+        "result": ["calibrate", *LLAMA, path, "-o", str(Path(path).parent / "fit.yaml")],
     }[kind]
 
 
-SUFFIX = {"config": ".json", "gpu": ".yaml", "calibration": ".yaml", "table": ".csv"}
+SUFFIX = {
+    "config": ".json",
+    "gpu": ".yaml",
+    "calibration": ".yaml",
+    "table": ".csv",
+    "result": ".json",
+}
 
 
-@pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace"])
+@pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace", "result"])
 @pytest.mark.parametrize("content", sorted(BAD_CONTENTS))
 def test_every_user_file_gets_a_one_line_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str, content: str
@@ -107,7 +114,7 @@ def test_every_user_file_gets_a_one_line_error(
     assert str(path) in message
 
 
-@pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace"])
+@pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace", "result"])
 def test_a_folder_an_empty_path_or_an_impossible_name_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
 ) -> None:
