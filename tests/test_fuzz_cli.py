@@ -93,7 +93,8 @@ def _named(line: str, argv: list[str]) -> bool:
     for arg in argv:
         if arg.startswith("-") and len(arg) > 1 and arg.split("=")[0] in line:
             return True
-        if os.sep in arg and (arg in line or str(Path(arg).name) in line):
+        is_path_named = f"{arg}:" in line or f"{arg}/" in line
+        if arg.strip() and (is_path_named or (os.sep in arg and Path(arg).name in line)):
             return True
     return "Missing option" in line or "No such option" in line or "Missing argument" in line
 
