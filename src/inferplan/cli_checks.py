@@ -54,12 +54,12 @@ class Bound:
 
     def describe(self) -> str:
         low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
-        if math.isinf(self.high):
-            return f"{'an integer' if self.is_int else 'a number'} {low}, or inf"
-        shown = f"{int(self.high):,}" if self.is_int else f"{self.high:g}"
-        high = f"< {shown}" if self.high_open else f"<= {shown}"
         kind = "an integer" if self.is_int else "a number"
         limit = f" ({self.limit})" if self.limit else ""
+        if math.isinf(self.high):
+            return f"{kind} {low}, or inf{limit}"
+        shown = f"{int(self.high):,}" if self.is_int else f"{self.high:g}"
+        high = f"< {shown}" if self.high_open else f"<= {shown}"
         return f"{kind} {low} and {high}{limit}"
 
     def check(self, label: str, value: float) -> float:
