@@ -267,8 +267,15 @@ def user_file(draw: st.DrawFn, folder: Path, kind: str, clean: bool = False) -> 
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("fuzz")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The files' folder, also the working directory (a relative -o writes there)."""
+    path = tmp_path_factory.mktemp("fuzz")
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield path
+    finally:
+        os.chdir(previous)
 
 
 # ---- argv per command ------------------------------------------------------------------------
@@ -407,7 +414,7 @@ def test_calibrate_keeps_the_contract(folder: Path, data: st.DataObject, clean: 
     output = data.draw(
         Value(
             st.just(str(folder / f"{next(_counter)}-fitted.yaml")),
-            [str(folder), str(folder / "absent" / "x.yaml"), *ODD_PATHS],
+            [str(folder), str(folder / "absent" / "x.yaml"), "", " ", "a" * 5000, "x\0y"],
         ).pick(clean)
     )
     model = data.draw(choice("Llama-3.1-8B", "Qwen3-8B"))
