@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_WHEELS ?=
 
-.PHONY: setup torch-cpu demo test lint typecheck unit bench clean
+.PHONY: setup torch-cpu demo test lint typecheck unit fuzz bench clean
 
 .tools/bin/uv:
 	$(PYTHON) -m venv .tools
@@ -46,6 +46,10 @@ unit: setup
 	$(RUN) pytest
 
 test: lint typecheck unit
+
+# The fuzz suite's long profile: random draws, 50x the examples `make test` runs (minutes).
+fuzz: setup
+	INFERPLAN_FUZZ_PROFILE=long $(RUN) pytest tests/test_fuzz_cli.py -p no:cacheprovider
 
 bench: setup
 	$(RUN) python -m benchmarks.run_all

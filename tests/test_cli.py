@@ -239,7 +239,10 @@ def test_console_script_errors_without_traceback() -> None:
     ("extra", "expected"),
     [
         (["--num-scheduler-steps", "10"], "with --scheduler prefill-first only"),
-        (["--scheduler", "prefill-first", "--num-scheduler-steps", "0"], "must be >= 1"),
+        (
+            ["--scheduler", "prefill-first", "--num-scheduler-steps", "0"],
+            "expected an integer >= 1",
+        ),
         (
             ["--scheduler", "prefill-first", "--max-num-batched-tokens", "2048"],
             "below --max-model-len 4096",

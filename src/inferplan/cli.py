@@ -1,12 +1,14 @@
 """The ``inferplan`` command: parse flags (vLLM's names), call the library, print.
 
 Every user error surfaces as one line on stderr (``error: ...``) and a non-zero exit; a model
-that does not fit exits 1, bad input exits 2.
+that does not fit exits 1, bad input exits 2, a bug in inferplan exits 3 (``docs/errors.md``).
+Flags are checked by ``cli_checks`` before any work.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,15 +18,22 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
+from inferplan.cli_checks import (
+    Bound,
+    bounded,
+    check_output_path,
+    check_prefill_first_budget,
+    check_replicas,
+    goodput_slo,
+    int_list,
+    percentile_list,
+)
 from inferplan.cli_flags import (
     DeploymentFlags,
     DisaggFlags,
     WorkloadFlags,
     deployment_options,
     disagg_options,
-    float_list,
-    goodput_slo,
-    int_list,
     json_option,
     workload_options,
 )
@@ -34,6 +43,7 @@ from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
+from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
@@ -69,6 +79,9 @@ from inferplan.report.validation import (
 )
 from inferplan.specs.topology import topology_json
 from inferplan.workload.request import Workload
+
+INTERNAL_ERROR_EXIT = 3  # a bug in inferplan, never a user's mistake (docs/errors.md)
+MOE_SKEW = bounded(0, 5, is_int=False)  # perf.moe.Routing's range
 
 
 @click.group(
@@ -125,7 +138,7 @@ def memory(deployment: DeploymentFlags, json_out: bool) -> None:
 )
 @click.option(
     "--moe-skew",
-    type=float,
+    type=MOE_SKEW,
     default=0.0,
     show_default=True,
     help="Zipf exponent of expert popularity (0 = uniform routing)",
@@ -142,25 +155,25 @@ def roofline(
     json_out: bool,
 ) -> None:
     """Step-time model: prefill and decode speed, and which bound dominates."""
+    contexts = int_list("--context-len", context_len)
+    prompts = int_list("--input-len", input_len)
+    batches = int_list("--batch-sizes", batch_sizes, Bound(1, MAX_NUM_SEQS, limit="MAX_NUM_SEQS"))
     plan = deployment.plan()
     step_model = deployment.step_model(plan, moe_skew=moe_skew, cuda_graphs=not no_cuda_graphs)
-    contexts = int_list("--context-len", context_len)
     result = {
         "model": plan.spec.name,
         "gpu": plan.gpu.key,
         "tensor_parallel_size": deployment.tp,
         "pipeline_parallel_size": deployment.pp,
-        "prefill": [prefill_row(step_model, n) for n in int_list("--input-len", input_len)],
-        "decode": [
-            decode_row(step_model, b, c)
-            for c in contexts
-            for b in int_list("--batch-sizes", batch_sizes)
-        ],
+        "prefill": [prefill_row(step_model, n) for n in prompts],
+        "decode": [decode_row(step_model, b, c) for c in contexts for b in batches],
         "compute_bound_batch_size": compute_bound_batch_size(step_model),
         "topology": topology_json(plan.topology, plan.parallelism),
         "expert_parallel": expert_parallel_report(step_model, plan),
     }
     _show(result, json_out, roofline_tables)
+    if not plan.fits:  # the step times are shown, but a plan that does not fit is exit 1
+        raise DoesNotFitError(does_not_fit_message(plan))
 
 
 @app.command()
@@ -176,7 +189,7 @@ def roofline(
 )
 @click.option(
     "--num-scheduler-steps",
-    type=int,
+    type=bounded(1, MAX_SCHEDULER_STEPS, limit="MAX_SCHEDULER_STEPS"),
     default=1,
     show_default=True,
     help="With --scheduler prefill-first: decode steps per scheduling decision (vLLM V0 "
@@ -191,7 +204,10 @@ def roofline(
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
 @click.option(
-    "--max-concurrency", type=int, default=None, help="Client-side cap on requests in flight"
+    "--max-concurrency",
+    type=bounded(1, MAX_NUM_REQUESTS, limit="MAX_NUM_REQUESTS"),
+    default=None,
+    help="Client-side cap on requests in flight",
 )
 @click.option(
     "--router", type=click.Choice(tuple(ROUTERS)), default="round_robin", show_default=True
@@ -199,7 +215,7 @@ def roofline(
 @click.option("--exact", is_flag=True, help="Step every iteration (the reference mode)")
 @click.option("--metric-percentiles", default="99", show_default=True)
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
-@click.option("--moe-skew", type=float, default=0.0, show_default=True)
+@click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
 @json_option
 def simulate(
@@ -219,6 +235,8 @@ def simulate(
     json_out: bool,
 ) -> None:
     """Replay a workload on replicas of a deployment; report what users would measure."""
+    percentiles = percentile_list("--metric-percentiles", metric_percentiles)
+    slo_ms = goodput_slo(goodput)
     options = ServingOptions(
         scheduler=scheduler,
         preemption_mode=preemption_mode,
@@ -235,7 +253,6 @@ def simulate(
         "decode": pools.PoolShape(disagg.decode_gpu, disagg.decode_tp, disagg.decode_dp),
     }
     pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
-    percentiles = float_list("--metric-percentiles", metric_percentiles)
     if disagg.disaggregate:
         data = _simulate_disaggregated(
             deployment, shapes, disagg, workload.build(), options, moe_skew, percentiles, goodput
@@ -243,6 +260,10 @@ def simulate(
         _show(data, json_out, simulate_tables)
         return
     plan = deployment.plan()
+    check_replicas(plan.parallelism.num_replicas)
+    # DP-attention ranks schedule side by side: their budgets add up (engine/session.py).
+    budget = plan.config.max_num_batched_tokens * plan.parallelism.attention_dp
+    check_prefill_first_budget(scheduler, budget, plan.max_model_len)
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
     requests = workload.build()
@@ -261,7 +282,7 @@ def simulate(
         result.itl,
         duration_s=result.duration_s,
         percentiles=percentiles,
-        goodput_slo_ms=goodput_slo(goodput),
+        goodput_slo_ms=slo_ms,
         kv_usage=combine_usage([u for u in (t.summary() for t in traces) if u is not None]),
     )
     summary["num_steps"] = result.num_steps
@@ -382,6 +403,7 @@ def calibrate(
     file:line for a CSV row) and metric before and after the fit. See docs/validation.md.
     """
     _refuse_operator_table(deployment, "calibrate fits the roofline's constants")
+    output_path = check_output_path("--output", output)
     plan = deployment.plan()
     target = Deployment(
         deployment.model,
@@ -392,6 +414,8 @@ def calibrate(
         deployment.kv_cache_dtype,
         plan.config,
         engine=deployment.engine,
+        pp=deployment.pp,
+        enable_expert_parallel=deployment.enable_expert_parallel,
     )
     runs = [run for path in results for run in bench_runs(Path(path), target)]
     start = deployment.efficiency() or efficiency_for(plan.gpu)
@@ -418,7 +442,7 @@ def calibrate(
     header = [
         f"inferplan calibrate for {plan.spec.name} on {plan.gpu.key} from {', '.join(results)}"
     ]
-    Path(output).write_text(calibration_yaml(fitted, header))
+    output_path.write_text(calibration_yaml(fitted, header))
 
 
 @app.command()
@@ -446,8 +470,9 @@ def profile(
     _refuse_operator_table(deployment, "profile writes a table (-o)")
     if not gpu_name.strip() or "\n" in gpu_name:
         raise InferplanError("--gpu-name: expected a one-line name, e.g. H100-SXM-lab3")
+    output_path = check_output_path("--output", output)
     plan = deployment.plan()
-    result = profile_to_csv(plan, Path(output), gpu_name=gpu_name, device=device, tiny=tiny)
+    result = profile_to_csv(plan, output_path, gpu_name=gpu_name, device=device, tiny=tiny)
     _show(profile_json(result, output), json_out, profile_tables)
 
 
@@ -493,7 +518,24 @@ def main(argv: list[str] | None = None) -> int:
         return int(err.exit_code)
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        sys.stderr.write("error: out of memory; the input asks for more than this machine has\n")
+        return 2
+    except Exception as err:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("INFERPLAN_TRACEBACK"):
+            raise
+        sys.stderr.write(
+            f"error: internal error ({type(err).__name__}: {_one_line(str(err))}); this is a bug "
+            "in inferplan, please report it with the command line (INFERPLAN_TRACEBACK=1 shows "
+            "where)\n"
+        )
+        return INTERNAL_ERROR_EXIT
     return result if isinstance(result, int) else 0
+
+
+def _one_line(text: str, max_chars: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= max_chars else flat[: max_chars - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 
 Deployment flags follow vLLM's names and meanings; workload flags follow ``vllm bench serve``.
 A decorator adds a group's options to a command and hands the command one object
-(``deployment`` or ``workload``) instead of a dozen parameters.
+(``deployment`` or ``workload``) instead of a dozen parameters. Each option's type carries its
+range (``cli_checks.bounded``), and the decorator calls the group's ``check()`` (names, device
+count, the files given) before the command does any work (``docs/errors.md``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -15,13 +18,27 @@ from typing import Any
 
 import click
 
+from inferplan.cli_checks import bounded, check_devices, check_engine_rules, check_name
+from inferplan.cli_checks import goodput_slo as goodput_slo  # re-exported for other commands
+from inferplan.cli_checks import int_list as int_list  # re-exported for other commands
 from inferplan.errors import InferplanError
+from inferplan.limits import (
+    MAX_BLOCK_TOKENS,
+    MAX_DEVICES,
+    MAX_NUM_REQUESTS,
+    MAX_NUM_SEQS,
+    MAX_SEED,
+    MAX_STEP_TOKENS,
+    MAX_TOKENS,
+    MIN_BURSTINESS,
+)
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.efficiency import Efficiency, load_efficiency_file
 from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.table import load_operator_table
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     ENGINES,
@@ -34,6 +51,9 @@ from inferplan.specs.parallel import Parallelism
 from inferplan.specs.topology import topology_for
 from inferplan.workload import build_workload
 from inferplan.workload.request import Workload
+
+DEVICES = bounded(1, MAX_DEVICES, limit="MAX_DEVICES")
+TOKENS = bounded(1, MAX_TOKENS, limit="MAX_TOKENS")
 
 
 def build_memory_plan(
@@ -79,13 +99,26 @@ def build_memory_plan(
     def default(value: int | None, fallback: int) -> int:
         return fallback if value is None else value
 
+    budget = default(max_num_batched_tokens, defaults.max_num_batched_tokens)
+    seqs_default = defaults.max_num_seqs
+    if engine == "vllm":  # vLLM lowers its default max_num_seqs to the token budget
+        seqs_default = min(seqs_default, budget)
+    seqs = default(max_num_seqs, seqs_default)
+    check_engine_rules(
+        spec,
+        engine,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+    )
     cfg = MemoryConfig(
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=default(max_num_batched_tokens, defaults.max_num_batched_tokens),
-        max_num_seqs=default(max_num_seqs, defaults.max_num_seqs),
+        max_num_batched_tokens=budget,
+        max_num_seqs=seqs,
         block_size=default(block_size, defaults.block_size),
         kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
         mem_fraction_static=mem_fraction_static,
@@ -128,6 +161,20 @@ class DeploymentFlags:
     num_redundant_experts: int
     kv_cache_free_gpu_mem_fraction: float | None = None
     mem_fraction_static: float | None = None
+
+    def check(self) -> None:
+        """Names, device count and the files given (read now, so a bad one fails first)."""
+        for flag, value in (
+            ("--model", self.model),
+            ("--gpu", self.gpu),
+            ("--calibration", self.calibration),
+            ("--operator-table", self.operator_table),
+        ):
+            check_name(flag, value)
+        check_devices(self.tp, self.pp, self.dp)
+        self.efficiency()
+        if self.operator_table:
+            load_operator_table(Path(self.operator_table))
 
     def efficiency(self) -> Efficiency | None:
         """Constants from ``--calibration`` (None: the GPU family's bundled ones)."""
@@ -195,6 +242,9 @@ class WorkloadFlags:
     burstiness: float
     seed: int
 
+    def check(self) -> None:
+        check_name("--dataset-path", self.dataset_path)
+
     def build(self) -> Workload:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return build_workload(values.pop("dataset_name"), **values)
@@ -210,6 +260,8 @@ def _grouped(
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
             group = flags_type(**{name: kwargs.pop(name) for name in names})
+            if hasattr(group, "check"):
+                group.check()  # every flag of the group checked before the command's work
             return func(**{keyword: group}, **kwargs)
 
         for option in reversed(options):
@@ -225,15 +277,17 @@ deployment_options = _grouped(
             "--model", required=True, help="Bundled model (HF id or short name) or config.json path"
         ),
         click.option("--gpu", required=True, help="Catalog GPU (h100, h200, ...) or YAML file"),
-        click.option("--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True),
         click.option(
-            "--pipeline-parallel-size", "-pp", "pp", type=int, default=1, show_default=True
+            "--tensor-parallel-size", "-tp", "tp", type=DEVICES, default=1, show_default=True
+        ),
+        click.option(
+            "--pipeline-parallel-size", "-pp", "pp", type=DEVICES, default=1, show_default=True
         ),
         click.option(
             "--data-parallel-size",
             "-dp",
             "dp",
-            type=int,
+            type=DEVICES,
             default=1,
             show_default=True,
             help="Replicas; with --enable-expert-parallel, DP-attention ranks of one replica",
@@ -255,11 +309,16 @@ deployment_options = _grouped(
         ),
         click.option(
             "--max-model-len",
-            type=int,
+            type=bounded(1, MAX_TOKENS, limit="MAX_TOKENS"),
             default=None,
             help="Max context length (default: the model's)",
         ),
-        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option(
+            "--gpu-memory-utilization",
+            type=bounded(0, 1, is_int=False, low_open=True),
+            default=0.9,
+            show_default=True,
+        ),
         click.option(
             "--kv-cache-free-gpu-mem-fraction",
             type=float,
@@ -274,17 +333,22 @@ deployment_options = _grouped(
         ),
         click.option(
             "--max-num-batched-tokens",
-            type=int,
+            type=bounded(1, MAX_STEP_TOKENS, limit="MAX_STEP_TOKENS"),
             default=None,
             help="Token budget per step (default: the engine's)",
         ),
         click.option(
             "--max-num-seqs",
-            type=int,
+            type=bounded(1, MAX_NUM_SEQS, limit="MAX_NUM_SEQS"),
             default=None,
             help="Max running sequences (default: the engine's)",
         ),
-        click.option("--block-size", type=int, default=None, help="KV block size in tokens"),
+        click.option(
+            "--block-size",
+            type=bounded(1, MAX_BLOCK_TOKENS, limit="MAX_BLOCK_TOKENS"),
+            default=None,
+            help="KV block size in tokens (vLLM: 1, 8, 16, 32, 64, 128)",
+        ),
         click.option(
             "--engine",
             type=click.Choice(ENGINES),
@@ -350,24 +414,33 @@ workload_options = _grouped(
         click.option(
             "--dataset-path", default=None, help="Trace file or bundled trace name (see README)"
         ),
-        click.option("--num-prompts", type=int, default=None, help="Requests (default 1000)"),
-        click.option("--random-input-len", type=int, default=None),
-        click.option("--random-output-len", type=int, default=None),
-        click.option("--random-range-ratio", type=float, default=None),
+        click.option(
+            "--num-prompts",
+            type=bounded(1, MAX_NUM_REQUESTS, limit="MAX_NUM_REQUESTS"),
+            default=None,
+            help="Requests (default 1000)",
+        ),
+        click.option("--random-input-len", type=TOKENS, default=None),
+        click.option("--random-output-len", type=TOKENS, default=None),
+        click.option(
+            "--random-range-ratio", type=bounded(0, 1, is_int=False, high_open=True), default=None
+        ),
         click.option(
             "--request-rate",
-            type=float,
+            type=bounded(0, math.inf, is_int=False, low_open=True),
             default=None,
             help="Requests/s (default inf: all at once; traces keep their times)",
         ),
         click.option(
             "--burstiness",
-            type=float,
+            type=bounded(MIN_BURSTINESS, math.inf, is_int=False, limit="MIN_BURSTINESS"),
             default=1.0,
             show_default=True,
             help="Gamma shape of inter-arrivals (1 = Poisson)",
         ),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--seed", type=bounded(0, MAX_SEED, limit="MAX_SEED"), default=0, show_default=True
+        ),
     ],
     WorkloadFlags,
     "workload",
@@ -376,42 +449,6 @@ workload_options = _grouped(
 json_option = click.option(
     "--json", "json_out", is_flag=True, help="Machine-readable output on stdout"
 )
-
-
-def int_list(flag: str, text: str) -> list[int]:
-    """Comma-separated positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InferplanError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise InferplanError(f"{flag}: every value must be an integer >= 1, got {text!r}")
-    return values
-
-
-def float_list(flag: str, text: str) -> list[float]:
-    """Comma-separated numbers."""
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InferplanError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
-
-
-def goodput_slo(pairs: tuple[str, ...]) -> dict[str, float] | None:
-    """``--goodput ttft:500 --goodput tpot:50`` -> ``{"ttft": 500.0, "tpot": 50.0}``."""
-    if not pairs:
-        return None
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition(":")
-        problem = f"--goodput: expected metric:ms (e.g. ttft:500), got {pair!r}"
-        if not sep:
-            raise InferplanError(problem)
-        try:
-            out[key] = float(value)
-        except ValueError:
-            raise InferplanError(problem) from None
-    return out
 
 
 @dataclass(frozen=True)
@@ -438,9 +475,11 @@ def _pool_options(pool: str) -> list[Callable[[Any], Any]]:
     return [
         click.option(f"--{pool}-gpu", default=None, help=f"{pool} pool's GPU (default: --gpu)"),
         click.option(
-            f"--{pool}-tp", type=int, default=None, help=f"{pool} pool's TP (default: -tp)"
+            f"--{pool}-tp", type=DEVICES, default=None, help=f"{pool} pool's TP (default: -tp)"
         ),
-        click.option(f"--{pool}-dp", type=int, default=None, help=f"{pool} pool's replicas (1)"),
+        click.option(
+            f"--{pool}-dp", type=DEVICES, default=None, help=f"{pool} pool's replicas (1)"
+        ),
     ]
 
 
@@ -455,7 +494,7 @@ disagg_options = _grouped(
         *_pool_options("decode"),
         click.option(
             "--kv-link-latency-ms",
-            type=float,
+            type=bounded(0, 60_000, is_int=False),
             default=None,
             help="Fixed cost per KV transfer (default 0: bandwidth only)",
         ),

@@ -72,5 +72,5 @@ def test_an_unknown_key_is_rejected(tmp_path: Path) -> None:
 
 
 def test_a_missing_calibration_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(InferplanError, match="does not exist"):
+    with pytest.raises(InferplanError, match="no such --calibration file"):
         load_efficiency_file(tmp_path / "absent.yaml")

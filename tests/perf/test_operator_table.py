@@ -157,10 +157,16 @@ HEADER = "operator,num_tokens,context_tokens,time_s\n"
         (HEADER + "mlp,1,0,1e-4\nattention,1,0,1e-4\n", ":3:", "unknown operator 'attention'"),
         (HEADER + "mlp,one,0,1e-4\n", ":2:", "must be numbers"),
         (HEADER + "mlp,1,0,fast\n", ":2:", "must be numbers"),
-        (HEADER + "mlp,1,0,1e-4\nmlp,2,0,-1e-4\n", ":3:", "time >= 0"),
-        (HEADER + "mlp,0,0,1e-4\n", ":2:", "num_tokens >= 1"),
-        (HEADER + "attn_decode,1,-5,1e-4\n", ":2:", "context >= 0"),
-        (HEADER + "mlp,1,0,nan\n", ":2:", "time >= 0"),
+        (HEADER + "mlp,1,0,1e-4\nmlp,2,0,-1e-4\n", ":3:", "time_s is -0.0001"),
+        (HEADER + "mlp,0,0,1e-4\n", ":2:", "1 <= num_tokens"),
+        (HEADER + "attn_decode,1,-5,1e-4\n", ":2:", "0 <= context_tokens"),
+        (HEADER + "mlp,1,0,nan\n", ":2:", "time_s is nan"),
+        # Issue 9: numbers beyond range and duplicate columns are refused with file:line.
+        (HEADER + "mlp,1,0,inf\n", ":2:", "MAX_OPERATOR_TIME_S"),
+        (HEADER + "mlp,1" + "0" * 5000 + ",0,1e-4\n", ":2:", "must be numbers"),
+        (HEADER + "mlp,1,1e400,1e-4\n", ":2:", "MAX_TOKENS"),
+        ("operator,num_tokens,context_tokens,time_s,time_s\nmlp,1,0,1,2\n", ":1:", "twice"),
+        (HEADER + "mlp,1,0\n", ":2:", "3 fields"),
         (HEADER, "", "no rows"),
     ],
 )
@@ -177,7 +183,7 @@ def test_malformed_profiles_name_the_file_and_line(
 
 
 def test_a_missing_profile_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(InferplanError, match="cannot read"):
+    with pytest.raises(InferplanError, match="no such --operator-table file"):
         load_operator_table(tmp_path / "absent.csv")
 
 

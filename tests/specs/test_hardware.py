@@ -177,5 +177,5 @@ def test_negative_peak_is_refused(tmp_path: Path) -> None:
 
 
 def test_missing_yaml_file(tmp_path: Path) -> None:
-    with pytest.raises(InferplanError, match="does not exist"):
+    with pytest.raises(InferplanError, match="no such GPU file"):
         load_gpu(str(tmp_path / "absent.yaml"))

@@ -269,10 +269,10 @@ def test_existing_directory_wins_over_a_bundled_name(tmp_path: Path) -> None:
 
 
 def test_missing_file_and_directory_without_config(tmp_path: Path) -> None:
-    with pytest.raises(InferplanError, match="does not exist"):
+    with pytest.raises(InferplanError, match=r"absent\.json: no such model config file"):
         load_model(str(tmp_path / "absent.json"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InferplanError, match=r"config\.json does not exist"):
+    with pytest.raises(InferplanError, match=r"config\.json: no such model config file"):
         load_model(str(tmp_path / "empty"))
 
 

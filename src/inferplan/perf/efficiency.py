@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplan.errors import InferplanError
 from inferplan.specs.hardware import GpuSpec
+from inferplan.textfile import read_user_yaml
 
 FAMILY_OF_ARCHITECTURE = {
     "hopper": "hopper",
@@ -28,20 +29,26 @@ FAMILY_OF_ARCHITECTURE = {
 }
 
 
+# Upper bounds on overheads: a second per step or per collective is no GPU's behaviour; the
+# bundled families use microseconds. They keep a hand-edited file from planning with absurd
+# constants (or .inf, which YAML accepts).
+MAX_OVERHEAD_S = 1.0
+
+
 class _EfficiencyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     gemm_compute: float = Field(gt=0, le=1)
-    gemm_half_tokens: float = Field(ge=0)
+    gemm_half_tokens: float = Field(ge=0, le=1e9)
     memory_bandwidth: float = Field(gt=0, le=1)
     attention_compute: float = Field(gt=0, le=1)
     attention_memory: float = Field(gt=0, le=1)
     collective_bandwidth: float = Field(gt=0, le=1)
-    collective_latency_s: float = Field(ge=0)
-    step_overhead_s: float = Field(ge=0)
-    per_seq_overhead_s: float = Field(ge=0)
-    eager_layer_overhead_s: float = Field(ge=0)
-    elementwise_passes: float = Field(ge=0)
-    layer_overhead_s: float = Field(default=0.0, ge=0)
+    collective_latency_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    step_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    per_seq_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    eager_layer_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
+    elementwise_passes: float = Field(ge=0, le=1000)
+    layer_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
 
 
 @dataclass(frozen=True)
@@ -91,12 +98,7 @@ def efficiency_for(gpu: GpuSpec) -> Efficiency:
 
 def load_efficiency_file(path: Path) -> Efficiency:
     """A calibration file (``--calibration``): the same keys, under ``efficiency:``."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InferplanError(f"--calibration: file {path} does not exist") from None
-    except yaml.YAMLError:
-        raise InferplanError(f"--calibration: {path} is not valid YAML") from None
+    data = read_user_yaml(path, "--calibration")
     if isinstance(data, dict) and "efficiency" in data:
         data = data["efficiency"]
     return parse_efficiency(data, str(path))

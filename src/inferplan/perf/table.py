@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_OPERATOR_TIME_S, MAX_TOKENS
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s
 from inferplan.perf.roofline import ACT_BYTES, RooflineModel
+from inferplan.textfile import read_user_text, shown_text
 
 COLUMNS = ("operator", "num_tokens", "context_tokens", "time_s")
 LAYER_OPERATORS = (
@@ -84,41 +86,70 @@ def _data_lines(lines: Iterable[str], numbers: list[int]) -> Iterator[str]:
             yield line
 
 
+def _check_header(path: Path, line: int, header: list[str]) -> None:
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise InferplanError(
+            f"{path}:{line}: missing column(s) {', '.join(missing)}; need {', '.join(COLUMNS)}"
+        )
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise InferplanError(f"{path}:{line}: column(s) {', '.join(twice)} given twice")
+
+
+def _row(path: Path, line: int, cells: dict[str, str]) -> tuple[str, int, float, float]:
+    """One data row: (operator, num_tokens, context_tokens, time_s), each checked."""
+    op = cells["operator"].strip()
+    if op not in OPERATORS:
+        raise InferplanError(
+            f"{path}:{line}: unknown operator '{shown_text(op, 40)}'; valid: {', '.join(OPERATORS)}"
+        )
+    try:
+        tokens = int(cells["num_tokens"])
+        context, time_s = float(cells["context_tokens"]), float(cells["time_s"])
+    except ValueError:
+        raise InferplanError(
+            f"{path}:{line}: num_tokens (a whole number), context_tokens and time_s must be numbers"
+        ) from None
+    if not (1 <= tokens <= MAX_TOKENS and 0 <= context <= MAX_TOKENS):
+        raise InferplanError(
+            f"{path}:{line}: need 1 <= num_tokens <= {MAX_TOKENS:,} and "
+            f"0 <= context_tokens <= {MAX_TOKENS:,} (MAX_TOKENS)"
+        )
+    if not 0 <= time_s <= MAX_OPERATOR_TIME_S:
+        raise InferplanError(
+            f"{path}:{line}: time_s is {time_s}; need a finite time from 0 to "
+            f"{MAX_OPERATOR_TIME_S:g} s (MAX_OPERATOR_TIME_S)"
+        )
+    return op, tokens, context, time_s
+
+
+def _table_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, cells by column) of every data row; the header is checked first."""
+    numbers: list[int] = []
+    reader = csv.reader(_data_lines(text.splitlines(), numbers))
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        _check_header(path, numbers[0] if numbers else 1, header)
+        for cells in reader:
+            if not any(cell.strip() for cell in cells):
+                continue
+            if len(cells) != len(header):
+                raise InferplanError(
+                    f"{path}:{numbers[-1]}: {len(cells)} fields, but the header has {len(header)}"
+                )
+            yield numbers[-1], dict(zip(header, cells, strict=True))
+    except csv.Error as err:
+        raise InferplanError(f"{path}:{numbers[-1]}: not valid CSV ({err})") from None
+
+
 def load_operator_table(path: Path) -> OperatorTable:
     """Read and validate a profile CSV; errors name the file and line."""
-    try:
-        handle = path.open(newline="")
-    except OSError:
-        raise InferplanError(f"--operator-table: cannot read {path}") from None
+    text = read_user_text(path, "--operator-table", hint="; an operator table is CSV")
     raw: dict[str, dict[int, dict[float, float]]] = {}
-    numbers: list[int] = []
-    with handle:
-        reader = csv.DictReader(_data_lines(handle, numbers))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            header = numbers[0] if numbers else 1
-            raise InferplanError(
-                f"{path}:{header}: missing column(s) {', '.join(missing)}; need {COLUMNS}"
-            )
-        for row in reader:
-            line = numbers[-1]
-            op = row["operator"]
-            if op not in OPERATORS:
-                raise InferplanError(
-                    f"{path}:{line}: unknown operator {op!r}; valid: {', '.join(OPERATORS)}"
-                )
-            try:
-                tokens, context = int(row["num_tokens"]), float(row["context_tokens"])
-                time_s = float(row["time_s"])
-            except (TypeError, ValueError):
-                raise InferplanError(
-                    f"{path}:{line}: num_tokens, context_tokens, time_s must be numbers"
-                ) from None
-            if tokens < 1 or context < 0 or not time_s >= 0:
-                raise InferplanError(
-                    f"{path}:{line}: need num_tokens >= 1, context >= 0, time >= 0"
-                )
-            raw.setdefault(op, {}).setdefault(tokens, {})[context] = time_s
+    for line, cells in _table_rows(path, text):
+        op, tokens, context, time_s = _row(path, line, cells)
+        raw.setdefault(op, {}).setdefault(tokens, {})[context] = time_s
     if not raw:
         raise InferplanError(f"{path}: no rows")
     grid = {

@@ -10,8 +10,10 @@ A header row comes first; names match case-insensitively and surrounding whitesp
 - ``num_prompts`` (required): the number of requests sent, a whole number >= 1.
 - ``max_concurrency`` (optional): the client's limit on requests in flight, a whole number
   >= 1; an empty cell means no limit.
-- ``burstiness`` (optional): the shape of vllm bench's gamma arrivals, > 0; an empty cell
-  means 1.0 (Poisson arrivals).
+- ``burstiness`` (optional): the shape of vllm bench's gamma arrivals, >= 0.01
+  (``limits.MIN_BURSTINESS``); an empty cell means 1.0 (Poisson arrivals).
+- Counts are at most ``limits.MAX_NUM_REQUESTS`` and ``num_prompts / request_rate`` at most
+  ``limits.MAX_SPAN_S`` (a year).
 - ``mean_ttft_ms``, ``mean_tpot_ms`` (ms) and ``output_throughput`` (output tok/s): the
   measurements. Each column is optional and an empty cell means "not measured", but every row
   needs at least one. A measurement must be > 0: a 0 is refused rather than read as "not
@@ -35,7 +37,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from inferplan.errors import InferplanError
-from inferplan.plan.benchrecord import MEASUREMENTS, BenchRecord, BenchSettings, read_result_text
+from inferplan.limits import MAX_NUM_REQUESTS, MIN_BURSTINESS
+from inferplan.plan.benchrecord import (
+    MEASUREMENTS,
+    BenchRecord,
+    BenchSettings,
+    read_result_text,
+    span_problem,
+)
 from inferplan.workload.fields import MAX_TOKENS, row_error, shown_text
 
 REQUIRED = ("request_rate", "input_len", "output_len", "num_prompts")
@@ -52,7 +61,11 @@ def _is_token_length(value: float) -> bool:
 
 
 def _is_count(value: float) -> bool:
-    return math.isfinite(value) and value >= 1 and value == int(value)
+    return math.isfinite(value) and 1 <= value <= MAX_NUM_REQUESTS and value == int(value)
+
+
+def _is_burstiness(value: float) -> bool:
+    return MIN_BURSTINESS <= value < math.inf
 
 
 # Every column: what it accepts (for the message) and the check. NaN fails every check.
@@ -60,9 +73,15 @@ COLUMNS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "request_rate": ("requests per second > 0, or inf", lambda value: value > 0),
     "input_len": (f"tokens per request, from 1 to {MAX_TOKENS:,}", _is_token_length),
     "output_len": (f"tokens per request, from 1 to {MAX_TOKENS:,}", _is_token_length),
-    "num_prompts": ("a whole number >= 1", _is_count),
-    "max_concurrency": ("a whole number >= 1, or empty for no limit", _is_count),
-    "burstiness": ("a number > 0, or empty for 1.0 (Poisson arrivals)", _is_positive),
+    "num_prompts": (f"a whole number from 1 to {MAX_NUM_REQUESTS:,}", _is_count),
+    "max_concurrency": (
+        f"a whole number from 1 to {MAX_NUM_REQUESTS:,}, or empty for no limit",
+        _is_count,
+    ),
+    "burstiness": (
+        f"a number >= {MIN_BURSTINESS}, or empty for 1.0 (Poisson arrivals)",
+        _is_burstiness,
+    ),
     **{key: ("a number > 0, or empty if not measured", _is_positive) for key in MEASUREMENTS},
 }
 
@@ -165,6 +184,9 @@ def _record(path: Path, line: int, cells: dict[str, str]) -> BenchRecord:
         raise row_error(path, line, message)
     concurrency = values.get("max_concurrency")
     burstiness = values.get("burstiness")
+    problem = span_problem(int(_required(values, "num_prompts")), _required(values, "request_rate"))
+    if problem is not None:
+        raise row_error(path, line, f"num_prompts and request_rate: {problem}")
     settings = BenchSettings(
         num_requests=int(_required(values, "num_prompts")),
         input_tokens=round(_required(values, "input_len")),

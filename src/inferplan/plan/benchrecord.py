@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferplan.limits import MAX_SPAN_S, span_years
 from inferplan.textfile import read_user_text
 
 # vllm bench's key -> (inferplan's metric, factor to its unit).
@@ -38,6 +39,18 @@ class BenchRecord:
     run_id: str
     settings: BenchSettings
     measured: dict[str, float]  # inferplan metric -> value in its unit
+
+
+def span_problem(num_requests: int, request_rate: float) -> str | None:
+    """Why ``num_requests`` sent at ``request_rate`` is not a benchmark to re-simulate (their
+    arrivals would span more than MAX_SPAN_S), or None."""
+    span_s = num_requests / request_rate
+    if span_s <= MAX_SPAN_S:
+        return None
+    return (
+        f"{num_requests} requests at {request_rate:g} req/s span {span_years(span_s)}; "
+        f"at most {span_years(MAX_SPAN_S)} (MAX_SPAN_S)"
+    )
 
 
 def read_result_text(path: Path) -> str:

@@ -16,7 +16,6 @@ measure).
 
 from __future__ import annotations
 
-import json
 import math
 from functools import partial
 from pathlib import Path
@@ -25,9 +24,17 @@ from typing import Any
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_NUM_REQUESTS, MAX_TOKENS, MIN_BURSTINESS
 from inferplan.plan.benchcsv import read_bench_csv
-from inferplan.plan.benchrecord import MEASUREMENTS, BenchRecord, BenchSettings, read_result_text
+from inferplan.plan.benchrecord import (
+    MEASUREMENTS,
+    BenchRecord,
+    BenchSettings,
+    read_result_text,
+    span_problem,
+)
 from inferplan.plan.validation import Deployment, Run
+from inferplan.textfile import parse_json, shown_text
 from inferplan.workload import synthetic
 from inferplan.workload.request import Workload
 
@@ -35,34 +42,73 @@ from inferplan.workload.request import Workload
 def _number(data: dict[str, Any], key: str, path: Path) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InferplanError(f"{path}: key {key!r} must be a finite number, got {value!r}")
+        raise InferplanError(
+            f"{path}: key {key!r} must be a finite number, got {shown_text(repr(value), 40)}"
+        )
     return float(value)
+
+
+def _in_range(data: dict[str, Any], key: str, path: Path, low: float, high: float) -> float:
+    value = _number(data, key, path)
+    if not low <= value <= high:
+        raise InferplanError(f"{path}: key {key!r} is {value:g}; expected {low:g} to {high:,g}")
+    return value
+
+
+def _whole(data: dict[str, Any], key: str, path: Path) -> int:
+    value = _number(data, key, path)
+    if value != int(value) or not 1 <= value <= MAX_NUM_REQUESTS:
+        raise InferplanError(
+            f"{path}: key {key!r} is {value:g}; expected a whole number from 1 to "
+            f"{MAX_NUM_REQUESTS:,} (MAX_NUM_REQUESTS)"
+        )
+    return int(value)
+
+
+def _mean_tokens(data: dict[str, Any], key: str, path: Path, completed: int) -> int:
+    """A per-request mean length from a total, rounded; 1 to MAX_TOKENS tokens."""
+    mean = round(_number(data, key, path) / completed)
+    if not 1 <= mean <= MAX_TOKENS:
+        raise InferplanError(
+            f"{path}: key {key!r} gives {mean:,} tokens per request over {completed} completed; "
+            f"expected 1 to {MAX_TOKENS:,}"
+        )
+    return mean
+
+
+def _settings(data: dict[str, Any], path: Path) -> BenchSettings:
+    """How the run was sent; every value checked here and named by its key, so nothing later
+    blames a flag the user never typed."""
+    completed = _whole(data, "completed", path)
+    rate = data.get("request_rate", "inf")
+    request_rate = math.inf
+    if rate not in ("inf", None):
+        request_rate = _in_range(data, "request_rate", path, 0, math.inf)
+        if request_rate == 0:
+            raise InferplanError(f"{path}: key 'request_rate' is 0; expected > 0 req/s or \"inf\"")
+        problem = span_problem(completed, request_rate)
+        if problem is not None:
+            raise InferplanError(f"{path}: keys 'completed' and 'request_rate': {problem}")
+    burstiness = 1.0
+    if data.get("burstiness") is not None:
+        burstiness = _in_range(data, "burstiness", path, MIN_BURSTINESS, math.inf)
+    concurrency = data.get("max_concurrency")
+    return BenchSettings(
+        num_requests=completed,
+        input_tokens=_mean_tokens(data, "total_input_tokens", path, completed),
+        output_tokens=_mean_tokens(data, "total_output_tokens", path, completed),
+        request_rate=request_rate,
+        burstiness=burstiness,
+        max_concurrency=None if concurrency is None else _whole(data, "max_concurrency", path),
+    )
 
 
 def read_bench_result(path: Path) -> BenchRecord:
     """Settings and measurements of one result file; errors name the file and the key."""
-    try:
-        data = json.loads(read_result_text(path))
-    except json.JSONDecodeError as err:
-        raise InferplanError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    data = parse_json(read_result_text(path), str(path))
     if not isinstance(data, dict):
         raise InferplanError(f"{path}: expected a JSON object (a vllm bench serve result)")
-    completed = int(_number(data, "completed", path))
-    if completed < 1:
-        raise InferplanError(f"{path}: key 'completed' must be >= 1, got {completed}")
-    rate = data.get("request_rate", "inf")
-    request_rate = math.inf if rate in ("inf", None) else _number(data, "request_rate", path)
-    concurrency = data.get("max_concurrency")
-    settings = BenchSettings(
-        num_requests=completed,
-        input_tokens=max(1, round(_number(data, "total_input_tokens", path) / completed)),
-        output_tokens=max(1, round(_number(data, "total_output_tokens", path) / completed)),
-        request_rate=request_rate,
-        burstiness=float(data.get("burstiness") or 1.0),
-        max_concurrency=None
-        if concurrency is None
-        else int(_number(data, "max_concurrency", path)),
-    )
+    settings = _settings(data, path)
     measured = {}
     for key, (metric, scale) in MEASUREMENTS.items():
         if key in data and data[key] is not None and _number(data, key, path) > 0:

@@ -57,6 +57,8 @@ class Deployment:
     scheduler: str = "continuous"  # or "prefill-first" (vLLM V0 without chunked prefill)
     num_scheduler_steps: int = 1  # vLLM V0 multi-step scheduling (prefill-first)
     cpu_costs: str | None = None  # an engine release of data/engine_cpu_costs.yaml
+    pp: int = 1
+    enable_expert_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -331,14 +333,19 @@ def runs_for(case: dict[str, Any]) -> list[Run]:
 
 
 def _plan(deployment: Deployment) -> MemoryPlan:
-    par = Parallelism(tp=deployment.tp, dp=deployment.dp)
+    par = Parallelism(
+        tp=deployment.tp,
+        pp=deployment.pp,
+        dp=deployment.dp,
+        enable_expert_parallel=deployment.enable_expert_parallel,
+    )
     memory = replace(
         deployment.memory,
         quantization=deployment.quantization,
         kv_cache_dtype=deployment.kv_cache_dtype,
     )
     plan = plan_memory(load_model(deployment.model), load_gpu(deployment.gpu), par, memory)
-    if deployment.memory.block_size == 32:  # TensorRT-LLM: 0.9 of what is left after weights
+    if deployment.engine == "trtllm":  # TensorRT-LLM: 0.9 of what is left after weights
         stage = plan.worst_stage
         used = stage.weights.total_bytes + stage.activation_bytes + stage.reserve_bytes
         utilization = 0.9 + 0.1 * used / plan.gpu.memory_bytes
@@ -383,7 +390,7 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
     efficiency = deployment_efficiency(run.deployment, efficiency or efficiency_for(plan.gpu))
     model = build_step_model(plan, efficiency=efficiency)
     options = ServingOptions(
-        data_parallel_size=run.deployment.dp,
+        data_parallel_size=plan.parallelism.num_replicas,
         engine=run.deployment.engine,
         scheduler=run.deployment.scheduler,
         num_scheduler_steps=run.deployment.num_scheduler_steps,
@@ -396,7 +403,14 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
 def predict(run: Run, efficiency: Efficiency | None = None) -> float:
     """The simulated value of ``run.metric`` (runs sharing a workload share one simulation)."""
     key = (replace(run, label="", metric="", measured=0.0),)
-    return _METRICS[run.metric](_summary(key, efficiency))
+    summary = _summary(key, efficiency)
+    if not summary["completed"]:  # every metric would be None
+        raise InferplanError(
+            f"{run.case_id}: none of the {summary['num_requests']} re-simulated requests "
+            f"completed ({summary['rejected']} rejected: prompt and output above the max model "
+            "length?), so there is nothing to compare with the measurement"
+        )
+    return _METRICS[run.metric](summary)
 
 
 def validate(

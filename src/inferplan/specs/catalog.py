@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inferplan.errors import InferplanError
 from inferplan.specs.model import ModelSpec, parse_config
+from inferplan.textfile import path_exists, path_is_dir, read_user_json
 
 # Short name (the bundled file's stem) -> Hugging Face organisation.
 BUNDLED_MODELS: dict[str, str] = {
@@ -89,13 +90,17 @@ def _bundled_config(short: str) -> dict[str, object]:
 
 def load_model(name: str) -> ModelSpec:
     """A ModelSpec from a bundled name or a ``config.json`` path."""
-    short = None if Path(name).exists() else resolve_model_name(name)
+    if not name.strip() or "\0" in name:
+        raise InferplanError(
+            f"--model: {name!r} is not a model name or path (`inferplan models` lists them)"
+        )
+    short = None if path_exists(Path(name)) else resolve_model_name(name)
     if short is not None:
         return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
     path = Path(name)
-    if path.is_dir():
+    if path_is_dir(path):
         path = path / "config.json"
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or path_exists(path):
         return _load_config_file(path)
     close = difflib.get_close_matches(name.lower(), list(_bundled_lookup()), n=3, cutoff=0.5)
     names = dict.fromkeys(_bundled_lookup()[c] for c in close)
@@ -107,16 +112,5 @@ def load_model(name: str) -> ModelSpec:
 
 
 def _load_config_file(path: Path) -> ModelSpec:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InferplanError(f"--model: file {path} does not exist") from None
-    except OSError as err:
-        raise InferplanError(f"--model: cannot read {path}: {err.strerror}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InferplanError(
-            f"{path}:{err.lineno}: not valid JSON ({err.msg}); expected a Hugging Face config.json"
-        ) from None
+    cfg = read_user_json(path, "model config", expected="a Hugging Face config.json")
     return parse_config(cfg, name=str(path), source=str(path))

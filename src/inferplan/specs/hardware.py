@@ -18,6 +18,7 @@ one accelerator's mapping at the top level. Required: ``memory.capacity_gb``,
 from __future__ import annotations
 
 import difflib
+import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferplan.errors import InferplanError
+from inferplan.textfile import path_exists, read_user_yaml
 
 GIB = 1024**3
 MIB = 1024**2
@@ -55,37 +57,47 @@ SHORT_NAMES: dict[str, str] = {
 }
 
 
+# Sanity bounds on a user's figures (not physical limits): far above any announced part, so a
+# unit slip (GB typed as bytes) or a YAML ``.inf`` is refused instead of planned with.
+MAX_CAPACITY_GB = 100_000.0
+MAX_BANDWIDTH_TBPS = 1000.0
+MAX_TFLOPS = 1e6
+MAX_LINK_GBPS = 1e6
+MAX_DOMAIN_SIZE = 1_000_000
+_STRICT = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
 class _Memory(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    capacity_gb: float = Field(gt=0)
-    bandwidth_tbps: float = Field(gt=0)
-    usable_gib: float | None = Field(default=None, gt=0)
-    reported_mib: float | None = Field(default=None, gt=0)
+    model_config = _STRICT
+    capacity_gb: float = Field(gt=0, le=MAX_CAPACITY_GB)
+    bandwidth_tbps: float = Field(gt=0, le=MAX_BANDWIDTH_TBPS)
+    usable_gib: float | None = Field(default=None, gt=0, le=MAX_CAPACITY_GB)
+    reported_mib: float | None = Field(default=None, gt=0, le=MAX_CAPACITY_GB * 1024)
 
 
 class _Link(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    unidir_gbps: float | None = Field(default=None, gt=0)
-    domain_size: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    model_config = _STRICT
+    unidir_gbps: float | None = Field(default=None, gt=0, le=MAX_LINK_GBPS)
+    domain_size: int | None = Field(default=None, ge=1, le=MAX_DOMAIN_SIZE)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_DOMAIN_SIZE)
 
 
 class _ScaleOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    nic_gbit_per_gpu: float | None = Field(default=None, gt=0)
+    model_config = _STRICT
+    nic_gbit_per_gpu: float | None = Field(default=None, gt=0, le=MAX_LINK_GBPS * 8)
 
 
 class _Accelerator(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     name: str | None = None
     vendor: str = "unknown"
     architecture: str = "unknown"
     memory: _Memory
-    compute_dense_tflops: dict[str, Annotated[float, Field(gt=0)] | None]
+    compute_dense_tflops: dict[str, Annotated[float, Field(gt=0, le=MAX_TFLOPS)] | None]
     scale_up: _Link = Field(default_factory=_Link)
     host_link: _Link = Field(default_factory=_Link)
     scale_out_typical: _ScaleOut = Field(default_factory=_ScaleOut)
-    tdp_w: float | None = Field(default=None, gt=0)
+    tdp_w: float | None = Field(default=None, gt=0, le=1e6)
     cloud_prices_usd_per_gpu_hour: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -131,7 +143,9 @@ _FALLBACK: dict[str, tuple[str, ...]] = {
 
 def _default_price(prices: list[dict[str, Any]]) -> float | None:
     """Median of the on-demand list prices, else of every listed price."""
-    listed = [p for p in prices if isinstance(p.get("price"), int | float)]
+    listed = [
+        p for p in prices if isinstance(p.get("price"), int | float) and 0 <= p["price"] < math.inf
+    ]
     on_demand = [p["price"] for p in listed if str(p.get("kind", "")).startswith("on-demand")]
     pool = on_demand or [p["price"] for p in listed]
     return float(statistics.median(pool)) if pool else None
@@ -207,13 +221,15 @@ def bundled_gpus() -> dict[str, GpuSpec]:
 
 def load_gpu(name: str) -> GpuSpec:
     """A GpuSpec from a short name, a catalog key or a YAML file path."""
+    if not name.strip() or "\0" in name:
+        raise InferplanError(f"--gpu: {name!r} is not a GPU name or path (`inferplan gpus`)")
     catalog = bundled_gpus()
     key = name.strip().lower().replace("-", "_")
     key = SHORT_NAMES.get(key, key)
     if key in catalog:
         return catalog[key]
     path = Path(name)
-    if path.suffix in {".yaml", ".yml"} or path.exists():
+    if path.suffix in {".yaml", ".yml"} or path_exists(path):
         return _load_gpu_file(path)
     names = sorted(set(SHORT_NAMES) | set(catalog))
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.4)
@@ -222,14 +238,7 @@ def load_gpu(name: str) -> GpuSpec:
 
 
 def _load_gpu_file(path: Path) -> GpuSpec:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InferplanError(f"--gpu: file {path} does not exist") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InferplanError(f"{path}{line}: not valid YAML") from None
+    data = read_user_yaml(path, "GPU")
     specs = _parse_catalog(data, str(path))
     if len(specs) != 1:
         raise InferplanError(

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_CONFIG_LAYERS, MAX_CONFIG_POSITIONS
+from inferplan.specs.config_fields import ConfigFields
 
 AttentionKind = Literal["gqa", "mla", "linear"]
 FfnKind = Literal["dense", "moe"]
@@ -163,56 +165,21 @@ def group_layers(layers: tuple[LayerGroup, ...]) -> tuple[LayerGroup, ...]:
     return tuple(LayerGroup(att, ffn, n) for (att, ffn), n in counts.items())
 
 
-class _Fields:
-    """Typed access to a config dict; every error names the file and the field."""
-
-    def __init__(self, cfg: dict[str, Any], source: str) -> None:
-        self.cfg = cfg
-        self.source = source
-
-    def has(self, key: str) -> bool:
-        return self.cfg.get(key) is not None
-
-    def get_int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key)
-        value = default if value is None else value
-        if value is None:
-            model_type = self.cfg.get("model_type", "unknown")
-            raise InferplanError(
-                f"{self.source}: missing field {key!r} (needed to read a {model_type!r} model)"
-            )
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InferplanError(
-                f"{self.source}: field {key!r} must be an integer >= {minimum}, got {value!r}"
-            )
-        return value
-
-    def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
-        return self.get_int(key, minimum=minimum) if self.has(key) else None
-
-    def get_bool(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key, default)
-        if not isinstance(value, bool):
-            raise InferplanError(
-                f"{self.source}: field {key!r} must be true or false, got {value!r}"
-            )
-        return value
-
-
 def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """Read a Hugging Face ``config.json`` dict into a ModelSpec."""
     if not isinstance(cfg, dict):
         raise InferplanError(f"{source}: expected a JSON object at the top level")
-    vision = _parse_vision(cfg, source)
-    text = _text_config(cfg)
-    f = _Fields(text, source)
-    model_type = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+    top = ConfigFields(cfg, source)
+    vision = _parse_vision(top)
+    text = _text_config(top)
+    f = ConfigFields(text, source)
+    model_type = f.get_str("model_type", "") or top.get_str("model_type", "unknown")
     hidden = f.get_int("hidden_size")
-    num_layers = f.get_int("num_hidden_layers")
+    num_layers = f.get_int("num_hidden_layers", maximum=MAX_CONFIG_LAYERS)
     attentions = _layer_attentions(f, model_type, num_layers)
     ffns = _layer_ffns(f, model_type, num_layers)
     layers = tuple(LayerGroup(a, m, 1) for a, m in zip(attentions, ffns, strict=True))
-    dtype_name = str(cfg.get("torch_dtype") or text.get("torch_dtype") or "bfloat16")
+    dtype_name = top.get_str("torch_dtype", "") or f.get_str("torch_dtype", "bfloat16")
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -220,20 +187,26 @@ def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         vocab_size=f.get_int("vocab_size"),
         layers=layers,
         tie_word_embeddings=f.get_bool("tie_word_embeddings", False),
-        max_position_embeddings=f.get_int("max_position_embeddings", 4096),
+        max_position_embeddings=f.get_int(
+            "max_position_embeddings", 4096, maximum=MAX_CONFIG_POSITIONS
+        ),
         norms_per_layer=4 if model_type in _FOUR_NORM_FAMILIES else 2,
         dtype={"float16": "fp16", "float32": "bf16"}.get(dtype_name, "bf16"),
-        quantization=_parse_quantization(cfg, source),
-        num_mtp_layers=f.get_int("num_nextn_predict_layers", 0, minimum=0),
+        quantization=_parse_quantization(top),
+        num_mtp_layers=f.get_int(
+            "num_nextn_predict_layers", 0, minimum=0, maximum=MAX_CONFIG_LAYERS
+        ),
         vision=vision,
     )
 
 
-def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def _text_config(top: ConfigFields) -> dict[str, Any]:
     """The language model's fields: top level, or ``text_config`` for multimodal wrappers."""
-    if not isinstance(cfg.get("text_config"), dict):
+    cfg = top.cfg
+    inner = top.get_dict("text_config")
+    if inner is None:
         return cfg
-    text = dict(cfg["text_config"])
+    text = dict(inner)
     if text.get("model_type") in {"gemma3_text"} or cfg.get("model_type") == "gemma3":
         for key, value in _GEMMA3_TEXT_DEFAULTS.items():
             text.setdefault(key, value)
@@ -243,16 +216,16 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return text
 
 
-def _layer_kinds(f: _Fields, model_type: str, num_layers: int) -> list[str]:
+def _layer_kinds(f: ConfigFields, model_type: str, num_layers: int) -> list[str]:
     """Per layer: ``full_attention``, ``sliding_attention`` or ``linear_attention``."""
-    layer_types = f.cfg.get("layer_types")
-    if isinstance(layer_types, list):
+    layer_types = f.get_str_list("layer_types")
+    if layer_types is not None:
         if len(layer_types) != num_layers:
             raise InferplanError(
                 f"{f.source}: field 'layer_types' has {len(layer_types)} entries, "
                 f"not num_hidden_layers={num_layers}"
             )
-        return [str(t) for t in layer_types]
+        return layer_types
     if f.has("full_attention_interval"):
         every = f.get_int("full_attention_interval")
         return [
@@ -265,11 +238,13 @@ def _layer_kinds(f: _Fields, model_type: str, num_layers: int) -> list[str]:
             "full_attention" if (i + 1) % every == 0 else "sliding_attention"
             for i in range(num_layers)
         ]
-    uses_window = f.has("sliding_window") and f.cfg.get("use_sliding_window", True) is not False
+    uses_window = f.has("sliding_window") and (
+        not f.has("use_sliding_window") or f.get_bool("use_sliding_window", True)
+    )
     return ["sliding_attention" if uses_window else "full_attention"] * num_layers
 
 
-def _layer_attentions(f: _Fields, model_type: str, num_layers: int) -> list[AttentionSpec]:
+def _layer_attentions(f: ConfigFields, model_type: str, num_layers: int) -> list[AttentionSpec]:
     kinds = _layer_kinds(f, model_type, num_layers)
     cache: dict[str, AttentionSpec] = {}
     out = []
@@ -280,7 +255,7 @@ def _layer_attentions(f: _Fields, model_type: str, num_layers: int) -> list[Atte
     return out
 
 
-def _attention(f: _Fields, model_type: str, kind: str) -> AttentionSpec:
+def _attention(f: ConfigFields, model_type: str, kind: str) -> AttentionSpec:
     num_heads = f.get_int("num_attention_heads")
     if kind == "linear_attention":
         return AttentionSpec(
@@ -300,10 +275,19 @@ def _attention(f: _Fields, model_type: str, kind: str) -> AttentionSpec:
             f"{f.source}: layer type {kind!r} is not supported; "
             "valid: full_attention, sliding_attention, linear_attention"
         )
-    window = f.get_int("sliding_window") if kind == "sliding_attention" else None
+    window = (
+        f.get_int("sliding_window", maximum=MAX_CONFIG_POSITIONS)
+        if kind == "sliding_attention"
+        else None
+    )
     if f.has("kv_lora_rank"):
         return _mla_attention(f, num_heads, window)
     head_dim = f.opt_int("head_dim") or f.get_int("hidden_size") // num_heads
+    if head_dim < 1:
+        raise InferplanError(
+            f"{f.source}: hidden_size={f.get_int('hidden_size')} is smaller than "
+            f"num_attention_heads={num_heads} (head_dim would be 0); give head_dim"
+        )
     num_kv_heads = f.get_int("num_key_value_heads", num_heads)
     if num_heads % num_kv_heads:
         raise InferplanError(
@@ -326,7 +310,7 @@ def _attention(f: _Fields, model_type: str, kind: str) -> AttentionSpec:
     )
 
 
-def _mla_attention(f: _Fields, num_heads: int, window: int | None) -> AttentionSpec:
+def _mla_attention(f: ConfigFields, num_heads: int, window: int | None) -> AttentionSpec:
     nope = f.get_int("qk_nope_head_dim")
     rope = f.get_int("qk_rope_head_dim")
     return AttentionSpec(
@@ -342,17 +326,17 @@ def _mla_attention(f: _Fields, num_heads: int, window: int | None) -> AttentionS
     )
 
 
-def _num_routed_experts(f: _Fields) -> int:
+def _num_routed_experts(f: ConfigFields) -> int:
     for key in ("n_routed_experts", "num_local_experts", "num_experts"):
         if f.has(key):
             return f.get_int(key, minimum=0)
     return 0
 
 
-def _is_sparse_layer(f: _Fields, i: int) -> bool:
+def _is_sparse_layer(f: ConfigFields, i: int) -> bool:
     if i < f.get_int("first_k_dense_replace", 0, minimum=0):
         return False
-    mlp_only = f.cfg.get("mlp_only_layers") or []
+    mlp_only = f.get_int_list("mlp_only_layers", maximum=MAX_CONFIG_LAYERS)
     if i in mlp_only:
         return False
     step = 1
@@ -363,7 +347,7 @@ def _is_sparse_layer(f: _Fields, i: int) -> bool:
     return (i + 1) % step == 0 and i % freq == 0
 
 
-def _layer_ffns(f: _Fields, model_type: str, num_layers: int) -> list[FfnSpec]:
+def _layer_ffns(f: ConfigFields, model_type: str, num_layers: int) -> list[FfnSpec]:
     num_experts = _num_routed_experts(f)
     dense = None
     moe = None
@@ -380,7 +364,7 @@ def _layer_ffns(f: _Fields, model_type: str, num_layers: int) -> list[FfnSpec]:
     return out
 
 
-def _moe_ffn(f: _Fields, model_type: str, num_experts: int) -> FfnSpec:
+def _moe_ffn(f: ConfigFields, model_type: str, num_experts: int) -> FfnSpec:
     width = f.opt_int("moe_intermediate_size") or f.get_int("intermediate_size")
     top_k = f.opt_int("num_experts_per_tok") or f.get_int("experts_per_token")
     if top_k > num_experts:
@@ -411,17 +395,19 @@ def _moe_ffn(f: _Fields, model_type: str, num_experts: int) -> FfnSpec:
     )
 
 
-def _parse_quantization(cfg: dict[str, Any], source: str) -> QuantizationDefault | None:
-    quant = cfg.get("quantization_config")
-    if not isinstance(quant, dict):
+def _parse_quantization(top: ConfigFields) -> QuantizationDefault | None:
+    quant = top.get_dict("quantization_config")
+    if quant is None:
         return None
-    method = str(quant.get("quant_method", "")).lower()
+    fields = ConfigFields(quant, f"{top.source} (quantization_config)")
+    method = fields.get_str("quant_method", "").lower()
+    source = top.source
     if method == "fp8":
         return QuantizationDefault("fp8", "linear")
     if method == "mxfp4":
         # gpt-oss: only the MoE experts are mxfp4 (modules_to_not_convert lists the rest).
         return QuantizationDefault("mxfp4", "experts")
-    if method in {"awq", "gptq"} and quant.get("bits", 4) == 4:
+    if method in {"awq", "gptq"} and fields.get_int("bits", 4) == 4:
         return QuantizationDefault("int4", "linear")
     if method in {"compressed-tensors", "modelopt"}:
         return QuantizationDefault("fp8", "linear")
@@ -431,25 +417,26 @@ def _parse_quantization(cfg: dict[str, Any], source: str) -> QuantizationDefault
     )
 
 
-def _parse_vision(cfg: dict[str, Any], source: str) -> VisionSpec | None:
-    vision = cfg.get("vision_config")
-    if not isinstance(vision, dict):
+def _parse_vision(top: ConfigFields) -> VisionSpec | None:
+    vision = top.get_dict("vision_config")
+    if vision is None:
         return None
-    f = _Fields(vision, f"{source} (vision_config)")
+    f = ConfigFields(vision, f"{top.source} (vision_config)")
     patch = f.get_int("patch_size")
     if f.has("image_size"):
         image = f.get_int("image_size")
-        tokens = int(cfg.get("mm_tokens_per_image", 256))
+        tokens = top.get_int("mm_tokens_per_image", 256)
     else:
         # Qwen-VL towers take any resolution; their position table fixes the native grid
         # (num_position_embeddings patches), and spatial_merge_size^2 patches make one token.
         grid = math.isqrt(f.get_int("num_position_embeddings"))
         image = grid * patch
         tokens = (grid // f.get_int("spatial_merge_size", 1)) ** 2
+    layers_key = "depth" if f.has("depth") else "num_hidden_layers"
     return VisionSpec(
         hidden_size=f.get_int("hidden_size"),
         intermediate_size=f.get_int("intermediate_size"),
-        num_layers=f.get_int("depth" if f.has("depth") else "num_hidden_layers"),
+        num_layers=f.get_int(layers_key, maximum=MAX_CONFIG_LAYERS),
         patch_size=patch,
         image_size=image,
         tokens_per_image=tokens,

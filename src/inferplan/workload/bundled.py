@@ -11,6 +11,7 @@ import difflib
 from pathlib import Path
 
 from inferplan.errors import InferplanError
+from inferplan.textfile import path_exists
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -36,7 +37,7 @@ def bundled_trace(name: str) -> Path:
 def resolve_trace_path(path_or_name: str | Path) -> Path:
     """An existing file as is, else the bundled trace of that name."""
     path = Path(path_or_name)
-    if path.exists():
+    if path_exists(path):
         return path
     stem = str(path_or_name).strip()
     if stem in _BUNDLED_FILES or stem in _BUNDLED_FILES.values():

@@ -16,8 +16,9 @@ from datetime import date
 from pathlib import Path
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_TOKENS
+from inferplan.textfile import shown_text as shown_text  # re-exported for the readers
 
-MAX_TOKENS = 10**9  # far above any context window; keeps token sums inside int64
 MAX_PRIORITY = 2**53  # exact as a float, inside int64
 _DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 
@@ -43,12 +44,6 @@ def _as_number(raw: object) -> float | None:
 def _shown(raw: object) -> str:
     text = repr(raw)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def shown_text(text: str, max_chars: int = 120) -> str:
-    """User text for a one-line message: control characters escaped, long text cut."""
-    escaped = repr(text)[1:-1]
-    return escaped if len(escaped) <= max_chars else escaped[: max_chars - 3] + "..."
 
 
 def parse_tokens(raw: object, column: str, path: Path, line: int) -> int:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from inferplan.errors import InferplanError
-from inferplan.textfile import read_user_text
+from inferplan.limits import MAX_TOKENS
+from inferplan.textfile import parse_json, path_is_dir, read_user_text
 from inferplan.workload.fields import shown_text
 from inferplan.workload.pmf import Pmf, compact_token_pmf, make_pmf
 from inferplan.workload.request import FloatArray, IntArray
@@ -89,7 +90,7 @@ def build_servegen_distribution(folder: str | Path) -> ServegenDistribution:
 
 
 def _client_files(folder: Path) -> list[tuple[Path, Path]]:
-    if not folder.is_dir():
+    if not path_is_dir(folder):
         raise InferplanError(f"{folder}: not a folder; a ServeGen folder holds chunk-<i>-* files")
     ids = sorted(
         int(match.group(1))
@@ -132,10 +133,7 @@ def _read_rate_rows(path: Path) -> tuple[FloatArray, FloatArray]:
 
 
 def _parse_json(path: Path, text: str) -> dict[str, object]:
-    try:
-        windows = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InferplanError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    windows = parse_json(text, str(path))
     if not isinstance(windows, dict) or not windows:
         raise InferplanError(f"{path}:1: expected an object keyed by window start (s)")
     return windows
@@ -181,7 +179,10 @@ def _window_pmfs(
                 continue
             raise InferplanError(f"{path}:{key_line}: window {key!r} has no {name!r}")
         line, _ = _line_of(text, json.dumps(name), key_offset)
-        pair = _parse_pmf_text(window[name], f"{path}:{line}: window {key!r} {name}")
+        where = f"{path}:{line}: window {key!r} {name}"
+        pair = _parse_pmf_text(window[name], where)
+        if pair is not None and name != "reason_ratio":
+            _check_token_values(pair[0], where)
         if pair is not None:
             pmfs.append((name, pair))
     return pmfs
@@ -203,6 +204,16 @@ def _parse_pmf_text(raw: object, where: str) -> tuple[FloatArray, FloatArray] | 
     if not is_valid or np.any(probabilities < 0) or probabilities.sum() <= 0:
         raise InferplanError(f"{where}: probabilities must be finite, >= 0 and not all 0")
     return values, probabilities / probabilities.sum()
+
+
+def _check_token_values(values: FloatArray, where: str) -> None:
+    """Token counts of a pmf lie in [1, MAX_TOKENS]; a 0 or negative length is refused, not
+    clamped to 1 (it would hide a broken file)."""
+    bad = values[(values < 1) | (values > MAX_TOKENS)]
+    if len(bad):
+        raise InferplanError(
+            f"{where}: length {bad[0]:g} tokens; lengths must lie in [1, {MAX_TOKENS:,}]"
+        )
 
 
 def compact_distribution(distribution: ServegenDistribution) -> ServegenDistribution:
@@ -253,6 +264,8 @@ def read_servegen_json(path: str | Path) -> ServegenDistribution:
             pmfs[name] = make_pmf(np.asarray(entry["values"]), np.asarray(entry["probabilities"]))
         except (InferplanError, ValueError, TypeError) as err:
             raise InferplanError(f"{path}:{line}: {name}: {err}") from None
+        if name != "reason_ratio":
+            _check_token_values(pmfs[name].values, f"{path}:{line}: {name}")
     source, num_clients = document.get("source"), document.get("num_clients")
     expected = document.get("expected_requests")
     return ServegenDistribution(
@@ -268,7 +281,7 @@ def read_servegen_json(path: str | Path) -> ServegenDistribution:
 def load_servegen(path: str | Path) -> ServegenDistribution:
     """A ServeGen folder (pooled here) or a JSON file written by ``write_servegen_json``."""
     path = Path(path)
-    return build_servegen_distribution(path) if path.is_dir() else read_servegen_json(path)
+    return build_servegen_distribution(path) if path_is_dir(path) else read_servegen_json(path)
 
 
 @cache

@@ -35,6 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_SPAN_S, MIN_BURSTINESS, span_years
 from inferplan.workload.request import FloatArray, IntArray, Workload
 
 Seed = int | np.random.Generator
@@ -68,9 +69,22 @@ def check_request_rate(request_rate: float) -> float:
 
 def check_burstiness(burstiness: float) -> float:
     value = _as_float(burstiness, "--burstiness")
-    if not value > 0:
-        raise InferplanError(f"--burstiness must be > 0 (1 is Poisson), not {burstiness!r}")
+    if not value >= MIN_BURSTINESS:
+        raise InferplanError(
+            f"--burstiness must be >= {MIN_BURSTINESS} (MIN_BURSTINESS; 1 is Poisson), "
+            f"not {burstiness!r}"
+        )
     return value
+
+
+def check_span(num_requests: int, request_rate: float) -> None:
+    """``num_requests`` arrivals at ``request_rate`` span at most MAX_SPAN_S (a year)."""
+    span_s = num_requests / request_rate
+    if span_s > MAX_SPAN_S:
+        raise InferplanError(
+            f"--request-rate {request_rate:g} with {num_requests} requests (--num-prompts) spans "
+            f"{span_years(span_s)}; at most {span_years(MAX_SPAN_S)} (MAX_SPAN_S): raise the rate"
+        )
 
 
 def check_range_ratio(range_ratio: float) -> float:
@@ -98,6 +112,7 @@ def arrival_times_s(
     shape = check_burstiness(burstiness)
     if math.isinf(rate):
         return np.zeros(num_requests)
+    check_span(num_requests, rate)
     if math.isinf(shape):
         gaps_s = np.full(num_requests, 1.0 / rate)
     else:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from inferplan.errors import InferplanError
-from inferplan.textfile import read_user_text
+from inferplan.limits import MAX_SPAN_S, span_years
+from inferplan.textfile import parse_json, read_user_text
 from inferplan.workload import fields
 from inferplan.workload.request import Workload
 from inferplan.workload.trace_formats import (
@@ -85,7 +85,10 @@ def _csv_records(path: Path, text: str) -> tuple[int, list[str], Iterator[tuple[
     except StopIteration:
         raise fields.row_error(path, 1, "no CSV header (only empty fields)") from None
     header_line = reader.line_num
-    lowered = [name.lower() for name in header]
+    if len(set(header)) != len(header):
+        twice = next(name for name in header if header.count(name) > 1)
+        raise fields.row_error(path, header_line, f"column {twice!r} is given twice")
+    lowered = list(_lowered(path, header_line, dict.fromkeys(header)))
 
     def rows() -> Iterator[tuple[int, Record]]:
         try:
@@ -109,13 +112,10 @@ def _jsonl_records(path: Path, text: str) -> tuple[int, list[str], Iterator[tupl
     first = next(i for i, raw in enumerate(lines, start=1) if raw.strip())
 
     def parse(line: int, raw: str) -> Record:
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise fields.row_error(path, line, f"not valid JSON ({err.msg})") from None
+        value = parse_json(raw, str(path), first_line=line)
         if not isinstance(value, dict):
             raise fields.row_error(path, line, "expected one JSON object per line")
-        return {str(key).lower(): item for key, item in value.items()}
+        return _lowered(path, line, value)
 
     def rows() -> Iterator[tuple[int, Record]]:
         for line, raw in enumerate(lines, start=1):
@@ -123,6 +123,18 @@ def _jsonl_records(path: Path, text: str) -> tuple[int, list[str], Iterator[tupl
                 yield line, parse(line, raw)
 
     return first, list(parse(first, lines[first - 1])), rows()
+
+
+def _lowered(path: Path, line: int, record: dict[str, object]) -> Record:
+    """The record with lower-cased keys; two keys that differ only in case are refused
+    (which one a format would read is ambiguous)."""
+    out: Record = {}
+    for key, value in record.items():
+        name = str(key).lower()
+        if name in out:
+            raise fields.row_error(path, line, f"{key!r} is given twice (names ignore case)")
+        out[name] = value
+    return out
 
 
 def _choose_format(
@@ -239,8 +251,21 @@ class _Columns:
         note = f"arrival_s counts from the earliest {self.fmt.arrival_key} in the file"
         return relative_ns / 1e9, (note,)
 
+    def _check_span(self, arrival_s: np.ndarray) -> None:
+        """Arrivals may be large (Unix-epoch seconds) but must span at most MAX_SPAN_S."""
+        first, last = int(np.argmin(arrival_s)), int(np.argmax(arrival_s))
+        span_s = float(arrival_s[last] - arrival_s[first])
+        if span_s > MAX_SPAN_S:
+            message = (
+                f"arrivals span {span_years(span_s)} (line {self.lines[first]} at "
+                f"{arrival_s[first]:g} s, line {self.lines[last]} at {arrival_s[last]:g} s); "
+                f"a trace may span at most {span_years(MAX_SPAN_S)} (MAX_SPAN_S)"
+            )
+            raise fields.row_error(self.path, self.lines[last], message)
+
     def to_workload(self) -> Workload:
         arrival_s, notes = self._arrival_s()
+        self._check_span(arrival_s)
         order = np.argsort(arrival_s, kind="stable")
         num_moved = int(np.count_nonzero(order != np.arange(len(order))))
         if num_moved:
