@@ -177,6 +177,12 @@ def roofline(
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
 @click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    default=None,
+    help="vLLM v1 automatic prefix caching of full prompt blocks (on by default with --engine "
+    "vllm; needs prompt-block hashes, e.g. the Mooncake trace's hash_ids)",
+)
+@click.option(
     "--max-concurrency", type=int, default=None, help="Client-side cap on requests in flight"
 )
 @click.option(
@@ -195,6 +201,7 @@ def simulate(
     num_scheduler_steps: int,
     preemption_mode: str,
     scheduling_policy: str,
+    enable_prefix_caching: bool | None,
     router: str,
     exact: bool,
     metric_percentiles: str,
@@ -217,6 +224,7 @@ def simulate(
         exact=exact,
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
+        enable_prefix_caching=enable_prefix_caching,
     )
     tokens = requests.input_tokens + requests.output_tokens
     step_model = deployment.step_model(
