@@ -266,3 +266,15 @@ def test_simulate_with_vllm_v0_multi_step_scheduling(capsys: pytest.CaptureFixtu
     code, out, _ = run(capsys, "simulate", *args)
     assert code == 0
     assert json.loads(out)["completed"] == 20
+
+
+def test_prefix_caching_on_a_non_vllm_engine_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        capsys,
+        *("simulate", "--model", "Llama-3.1-8B", "--gpu", "h200", "--engine", "trtllm"),
+        *("--dataset-name", "random", "--num-prompts", "5", "--enable-prefix-caching"),
+    )
+    assert code == 2
+    assert "--enable-prefix-caching" in assert_one_line_error(err)

@@ -204,6 +204,12 @@ def roofline(
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
 @click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    default=None,
+    help="vLLM v1 automatic prefix caching of full prompt blocks (on by default with --engine "
+    "vllm; needs prompt-block hashes, e.g. the Mooncake trace's hash_ids)",
+)
+@click.option(
     "--max-concurrency",
     type=bounded(1, MAX_NUM_REQUESTS, limit="MAX_NUM_REQUESTS"),
     default=None,
@@ -227,6 +233,7 @@ def simulate(
     num_scheduler_steps: int,
     preemption_mode: str,
     scheduling_policy: str,
+    enable_prefix_caching: bool | None,
     router: str,
     exact: bool,
     metric_percentiles: str,
@@ -247,6 +254,7 @@ def simulate(
         exact=exact,
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
+        enable_prefix_caching=enable_prefix_caching,
     )
     shapes = {
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),

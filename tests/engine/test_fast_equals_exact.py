@@ -65,6 +65,33 @@ class Case:
     num_scheduler_steps: int = 1  # prefill-first multi-step blocks
     # Layer kinds sharing the pool; None: the plan's own (full attention for Llama).
     kv_groups: tuple[KvGroup, ...] | None = None
+    # Prefix caching on, prompts built of hashed blocks of this many KV blocks (0: no hashes).
+    prefix_entry_blocks: int = 0
+
+
+def _shared_prompts(
+    rng: np.random.Generator, n: int, entry_tokens: int, max_input: int
+) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
+    """Prompts that share prefixes: one of three system prompts (0-3 blocks), or a previous
+    prompt extended (a later turn of a conversation), then unique blocks and a partial tail
+    block (its own hash, as Mooncake's ``hash_ids`` has)."""
+    systems = [tuple(1000 * f + j for j in range(int(rng.integers(0, 4)))) for f in range(3)]
+    hashes: list[tuple[int, ...]] = []
+    inputs = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        if hashes and rng.random() < 0.3:
+            earlier = int(rng.integers(0, len(hashes)))
+            base = hashes[earlier][: int(inputs[earlier]) // entry_tokens]  # its full blocks
+        else:
+            base = systems[int(rng.integers(0, 3))]
+        full = base + tuple(10**6 + 10 * i + j for j in range(int(rng.integers(0, 3))))
+        full = full[: max_input // entry_tokens]
+        tail = int(rng.integers(0, entry_tokens))
+        if not full and not tail:
+            full = (10**6 + 10 * i,)
+        inputs[i] = len(full) * entry_tokens + tail
+        hashes.append(full + ((10**6 + 10 * i + 9,) if tail else ()))
+    return inputs, tuple(hashes)
 
 
 def _workload(case: Case) -> Workload:
@@ -74,12 +101,18 @@ def _workload(case: Case) -> Workload:
     outputs = rng.integers(1, case.max_output + 1, size=n).astype(np.int64)
     arrivals = arrival_times_s(n, case.request_rate, case.burstiness, case.seed)
     priorities = rng.integers(0, 4, size=n).astype(np.int64)
+    hashes, entry_tokens = None, None
+    if case.prefix_entry_blocks:
+        entry_tokens = case.prefix_entry_blocks * case.block_size
+        inputs, hashes = _shared_prompts(rng, n, entry_tokens, case.max_input)
     return Workload(
         arrival_s=arrivals,
         input_tokens=inputs,
         output_tokens=outputs,
         class_ids=np.zeros(n, dtype=np.int64),
         priorities=priorities,
+        prefix_hashes=hashes,
+        prefix_block_tokens=entry_tokens,
     )
 
 
@@ -108,6 +141,7 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
         host_link_bytes_s=64e9,
         num_scheduler_steps=case.num_scheduler_steps if case.scheduler == "prefill_first" else 1,
         kv_groups=groups,
+        enable_prefix_caching=case.prefix_entry_blocks > 0,
     )
     return SimulationConfig(
         sched,
@@ -133,6 +167,9 @@ def _assert_same(fast: SimulationResult, exact: SimulationResult) -> None:
     np.testing.assert_array_equal(f.recomputed_tokens, e.recomputed_tokens)
     np.testing.assert_array_equal(f.swapped_bytes, e.swapped_bytes)
     np.testing.assert_array_equal(f.output_tokens, e.output_tokens)
+    if e.cached_tokens is not None:
+        np.testing.assert_array_equal(f.cached_tokens, e.cached_tokens)
+        np.testing.assert_array_equal(f.prefix_queried_tokens, e.prefix_queried_tokens)
     for name in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s"):
         np.testing.assert_allclose(
             getattr(f, name), getattr(e, name), rtol=RTOL, atol=0, equal_nan=True, err_msg=name
@@ -217,6 +254,39 @@ def test_fast_mode_equals_exact_mode(case: Case) -> None:
 @given(case=cases(data_parallel_sizes=(2, 3)))
 def test_fast_mode_equals_exact_mode_data_parallel(case: Case) -> None:
     _check_case(case)
+
+
+@st.composite
+def prefix_cases(draw: st.DrawFn) -> Case:
+    """vLLM v1 with prefix caching on prompts that share blocks, small pools (eviction and
+    preemption), every queue policy and data parallelism."""
+    base = draw(cases(data_parallel_sizes=(1, 1, 2)))
+    return Case(
+        **{
+            **base.__dict__,
+            "block_size": draw(st.sampled_from([1, 4, 16])),
+            "max_input": draw(st.integers(1, 300)),
+            "preemption_mode": "recompute",
+            "scheduler": "continuous",
+            "kv_groups": None,
+            "prefix_entry_blocks": draw(st.sampled_from([1, 2, 4])),
+        }
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=prefix_cases())
+def test_fast_mode_equals_exact_mode_with_prefix_caching(case: Case) -> None:
+    _check_case(case)
+
+
+def test_prefix_caching_hits_and_evicts_under_preemption() -> None:
+    """A small pool with shared prompts: prefixes hit (resumes included), and fast == exact."""
+    case = Case(**{**BASE.__dict__, "max_input": 300, "prefix_entry_blocks": 1})
+    fast = _check_case(case)
+    assert fast.records.num_preemptions.sum() > 0
+    assert fast.records.cached_tokens is not None
+    assert fast.records.cached_tokens.sum() > 0
 
 
 def test_data_parallel_with_max_concurrency() -> None:

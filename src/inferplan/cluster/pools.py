@@ -73,6 +73,11 @@ def check_flags(
             "--disaggregate: emulated with vLLM v1's scheduler (--engine vllm, "
             "--scheduler continuous) on both pools"
         )
+    if options.enable_prefix_caching:
+        raise InferplanError(
+            "--enable-prefix-caching: not emulated with --disaggregate yet (the decode pool "
+            "receives whole prompts' KV); drop the flag"
+        )
     for name, shape in shapes.items():
         for flag, value in (("tp", shape.tp), ("dp", shape.dp)):
             if value is not None and value < 1:
@@ -87,7 +92,10 @@ def build_pool(
 ) -> PoolBuild:
     if not plan.fits:
         raise DoesNotFitError(f"{name} pool: {does_not_fit_message(plan)}")
-    pool_options = replace(options, data_parallel_size=plan.parallelism.num_replicas)
+    # Prefix caching is not emulated across pools (check_flags refuses asking for it).
+    pool_options = replace(
+        options, data_parallel_size=plan.parallelism.num_replicas, enable_prefix_caching=False
+    )
     return PoolBuild(plan, model, Pool(name, simulation_config(plan, pool_options), model))
 
 

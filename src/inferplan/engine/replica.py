@@ -29,11 +29,13 @@ from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
+from inferplan.memory.prefixcache import PrefixCache
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.request import Workload
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,19 @@ class SchedulerConfig:
     # Layer kinds sharing the pool (full attention, sliding windows); ``num_blocks`` and
     # ``kv_block_bytes`` are in pool blocks (``memory/blockpool.py``).
     kv_groups: tuple[KvGroup, ...] = FULL_ATTENTION
+    enable_prefix_caching: bool = False  # vLLM v1's automatic prefix caching
+
+
+def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:
+    """A replica's prefix cache (``memory/prefixcache.py``), or None where it does not apply:
+    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, a
+    pool with sliding-window layers, or hash blocks that are not whole KV blocks."""
+    hashes, entry_tokens = workload.prefix_hashes, workload.prefix_block_tokens
+    if not cfg.enable_prefix_caching or cfg.scheduler != "continuous" or hashes is None:
+        return None
+    if cfg.kv_groups != FULL_ATTENTION or not entry_tokens or entry_tokens % cfg.block_size:
+        return None
+    return PrefixCache(hashes, entry_tokens // cfg.block_size)
 
 
 class Replica:
@@ -65,6 +80,7 @@ class Replica:
         waiting: WaitingQueue,
         itl: ItlHistogram,
         trace: StepTrace,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.index, self.cfg, self.model = index, cfg, model
         self.records, self.prompt_tokens = records, prompt_tokens
@@ -73,6 +89,7 @@ class Replica:
         self.running = RunningSet()
         self.swapped: deque[tuple[int, int, int, int]] = deque()  # id, computed, tokens, blocks
         self.pool = BlockPool(cfg.num_blocks, cfg.block_size, cfg.kv_groups)
+        self.pool.cache = prefix_cache
         self.now = 0.0
         self.num_steps = 0
         # Static batching: the batch's size, and slot-steps its finished members left idle.
@@ -104,8 +121,13 @@ class Replica:
 
     def check_invariants(self) -> None:
         """Blocks are conserved and every running request holds what its KV needs."""
-        held = int(self.running.held_blocks.sum()) + 0
+        held = int(self.running.held_blocks.sum()) - self.pool.shared
         assert held + self.pool.free == self.cfg.num_blocks, "KV blocks not conserved"
+        cache = self.pool.cache
+        if cache is not None:
+            cache.check()
+            assert 0 <= cache.lru_blocks <= self.pool.free, "cached-free blocks exceed free"
+            assert set(cache.held) <= set(self.running.ids.tolist()), "a freed request maps KV"
         need = self.pool.blocks_for(self.running.num_computed)
         assert np.all(self.running.held_blocks >= need), "a request lacks blocks for its KV"
         assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
@@ -157,11 +179,17 @@ class Replica:
         self._decoding = None
         if n == 0 and not chunks:
             return True
+        # Admitted rows start at their prefix-cache hit; a one-token chunk after a hit is a
+        # decode in shape (as ``_batch`` counts it).
+        hits = run.num_computed[n:].tolist()
+        pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
+        decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
         batch = StepBatch(
-            prefill_tokens=sum(chunks),
-            prefill_attention_pairs=float(sum(q * (q + 1) / 2 for q in chunks)),
-            num_prefill_seqs=len(chunks),
-            num_decode_seqs=n,
+            prefill_tokens=sum(q for q, _ in pre),
+            prefill_attention_pairs=float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
+            prefill_context_tokens=sum(o for _, o in pre),
+            num_prefill_seqs=len(pre),
+            num_decode_seqs=n + len(chunks) - len(pre),
             decode_context_tokens=decode_context,
         )
         duration = self.model.step_time(batch).total_s
@@ -170,8 +198,8 @@ class Replica:
         self.num_steps += 1
         computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
         computed[:n] += 1
-        computed[n:] = chunks  # admitted rows start from nothing computed
-        if all(q == tokens[n + j] for j, q in enumerate(chunks)):  # whole prompts: all emit
+        computed[n:] += np.asarray(chunks, dtype=np.int64)
+        if np.array_equal(computed[n:], tokens[n:]):  # whole prompts: all emit
             if not run.num_generated[n:].any():  # and all are first tokens
                 self._emit_decodes_and_firsts(n, duration)
                 self._decoding = True  # every row has sampled and needs one token
@@ -275,7 +303,11 @@ class Replica:
         rec.finish_s[ids] = self.now
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
-        self.pool.free += int(run.held_blocks[rows].sum())
+        if self.pool.cache is None:
+            self.pool.free += int(run.held_blocks[rows].sum())
+        else:
+            for rid, held in zip(ids.tolist(), run.held_blocks[rows].tolist(), strict=True):
+                self.scheduler.release_blocks(rid, held)
         run.drop(rows)
         self.on_finish.extend(ids.tolist())
         if len(run) == 0:

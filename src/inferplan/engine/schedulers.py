@@ -89,9 +89,42 @@ class Scheduler:
 
     def schedule(self, now: float) -> StepDecision:
         decision = self.schedule_running()
+        if self.pool.cache is not None:
+            self._cache_chunks(decision.sched)
         if not decision.preempted:
             decision = self.schedule_waiting(decision, now, admit=True)
         return decision
+
+    # ---- prefix caching (``memory/prefixcache.py``) ------------------------------------------
+
+    def prefix_hit(self, rid: int, tokens: int) -> tuple[int, int]:
+        """Tokens of ``rid``'s first ``tokens`` the prefix cache holds (full entries of its
+        prompt, leaving at least one token to compute), and the blocks of them that running
+        requests map (admission does not allocate those)."""
+        cache = self.pool.cache
+        if cache is None:
+            return 0, 0
+        entry_tokens = cache.entry_blocks * self.pool.block_size
+        max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
+        if max_entries <= 0:
+            return 0, 0
+        hits, shared = cache.lookup(rid, max_entries)
+        return hits * entry_tokens, shared
+
+    def _cache_chunks(self, sched: IntArray) -> None:
+        """Cache the full prompt entries the running rows' chunks of this step complete."""
+        cache, run = self.pool.cache, self.running
+        assert cache is not None
+        entry_tokens = cache.entry_blocks * self.pool.block_size
+        prompt = self.prompt_tokens[run.ids]
+        for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
+            end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
+            cache.register(int(run.ids[row]), end // entry_tokens)
+
+    def release_blocks(self, rid: int, held: int) -> None:
+        """A request gives back the ``held`` blocks its sequence maps."""
+        cache = self.pool.cache
+        self.pool.free += held if cache is None else held - cache.release(rid)
 
     # ---- admission, defined once ------------------------------------------------------------
 
@@ -101,18 +134,21 @@ class Scheduler:
             return self.pool.free - int(self.pool.crossing_cost(self.running.num_computed).sum())
         return self.pool.free
 
-    def admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
-        """Blocks admitting the request takes from ``available_blocks``: its first chunk's."""
-        return self.pool.blocks_for_one(chunk)
+    def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:
+        """Blocks admitting the request maps: those of its first ``chunk_end`` tokens."""
+        return self.pool.blocks_for_one(chunk_end)
 
     def head_chunk(self, budget: int, available: int) -> int | None:
         """The queue head's first chunk if it can be admitted with ``budget`` tokens and
         ``available`` blocks, else None: THE admission test."""
         rid, tokens = self.waiting.peek()
-        if self.whole_prompts and tokens > budget:
+        hit, shared = self.prefix_hit(rid, tokens)
+        if self.whole_prompts and tokens - hit > budget:
             return None  # no chunked prefill: the prompt waits for a step with the budget
-        chunk = min(tokens, budget)
-        return chunk if self.admission_blocks(rid, tokens, chunk) <= available else None
+        chunk = min(tokens - hit, budget)
+        return (
+            chunk if self.admission_blocks(rid, tokens, hit + chunk) - shared <= available else None
+        )
 
     def swapped_head_fits(self, budget: int, available: int) -> bool:
         """The first swapped-out request can come back with ``budget`` tokens and
@@ -153,12 +189,22 @@ class Scheduler:
                 break
             rid, tokens = waiting.peek()
             waiting.pop()
-            held = pool.blocks_for_one(chunk)
-            pool.free -= held
+            hit, _ = self.prefix_hit(rid, tokens)
+            held = pool.blocks_for_one(hit + chunk)
+            if pool.cache is None:
+                pool.free -= held
+            else:  # map the cached entries first, so that allocating cannot evict them
+                entry_tokens = pool.cache.entry_blocks * pool.block_size
+                pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
+                pool.free -= held - hit // pool.block_size
+                end = min(hit + chunk, int(self.prompt_tokens[rid]))
+                pool.cache.register(rid, end // entry_tokens)
+                self.records.cached_tokens[rid] += hit  # type: ignore[index]
+                self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
-            run.append(rid, 0, tokens, generated, int(self.target_tokens[rid]), held, now)
+            run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
 
@@ -229,7 +275,7 @@ class Scheduler:
     def preempt(self, row: int) -> float:
         """Preempt the running request at ``row``; the seconds its swap-out takes."""
         rid, computed, tokens, held = self.running.pop(row)
-        self.pool.free += held
+        self.release_blocks(rid, held)
         self.records.num_preemptions[rid] += 1
         if self.cfg.preemption_mode == "swap":
             self.swapped.appendleft((rid, computed, tokens, held))
@@ -280,7 +326,7 @@ class _ReservingScheduler(Scheduler):
         reserved = int((self.pool.blocks_for(ends) - run.held_blocks).sum())
         return self.pool.free - reserved
 
-    def admission_blocks(self, rid: int, tokens: int, chunk: int) -> int:
+    def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:
         return self.pool.blocks_for_one(int(self.prompt_tokens[rid] + self.target_tokens[rid]))
 
 

@@ -34,6 +34,14 @@ class ServingOptions:
     exact: bool = False
     engine: str = "vllm"
     num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
+    # vLLM v1's automatic prefix caching; None: on for vLLM's v1 scheduler (its default).
+    enable_prefix_caching: bool | None = None
+
+    @property
+    def prefix_caching(self) -> bool:
+        if self.enable_prefix_caching is not None:
+            return self.enable_prefix_caching
+        return self.engine == "vllm" and self.scheduler == "continuous"
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -61,6 +69,11 @@ class ServingOptions:
             raise InferplanError(
                 "--num-scheduler-steps: multi-step scheduling is emulated with "
                 "--scheduler prefill-first only (vLLM V0)"
+            )
+        if self.enable_prefix_caching and (self.engine, self.scheduler) != ("vllm", "continuous"):
+            raise InferplanError(
+                "--enable-prefix-caching: emulated for vLLM v1 only (--engine vllm, "
+                "--scheduler continuous)"
             )
         if self.data_parallel_size < 1:
             raise InferplanError(
@@ -102,6 +115,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         host_link_bytes_s=host_link,
         num_scheduler_steps=options.num_scheduler_steps,
         kv_groups=layout.groups,
+        enable_prefix_caching=options.prefix_caching,
     )
     return SimulationConfig(
         scheduler=scheduler,

@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
-from inferplan.engine.replica import Replica, SchedulerConfig
+from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
@@ -105,6 +105,11 @@ class Simulation:
         # times start, and float clocks near 1.7e9 s (Unix epoch) would lose the step times.
         self.time_offset_s = float(workload.arrival_s[0]) if workload.num_requests else 0.0
         self.records = _records_for(workload, self.time_offset_s)
+        if prefix_cache_for(sched, workload) is not None:
+            zeros = np.zeros(workload.num_requests, dtype=np.int64)
+            self.records = replace(
+                self.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy()
+            )
         self.itl = ItlHistogram()
         keys = policy_keys(
             cfg.scheduling_policy, workload.arrival_s, workload.priorities, workload.output_tokens
@@ -119,6 +124,7 @@ class Simulation:
                 WaitingQueue(cfg.scheduling_policy, keys),
                 self.itl,
                 StepTrace(cfg.scheduler.num_blocks),
+                prefix_cache_for(sched, workload),
             )
             for i in range(cfg.data_parallel_size)
         ]

@@ -103,7 +103,8 @@ class DecodeStretches:
             np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
         else:
             held[:] = r.pool.blocks_for(computed)
-        r.pool.free = cfg.num_blocks - int(held.sum())  # the pool is what rows do not hold
+        # The pool is what rows do not map (shared prefix blocks counted once).
+        r.pool.free = cfg.num_blocks - int(held.sum()) + r.pool.shared
         generated += k
         tokens += k
         self._stretch_itl(gaps, same, first, step, k)
@@ -141,15 +142,20 @@ class DecodeStretches:
         ``new blocks of rows[:n-p] <= free + blocks held by rows[n-p:]``. No request is admitted
         in a step that preempted (vLLM v1); swapping victims out adds its time to the step."""
         r = self.replica
+        if r.pool.cache is not None:
+            # With prefix caching the order of allocations and frees decides which cached
+            # blocks are evicted, and a victim frees only the blocks nobody else maps: the
+            # scheduler's own running pass, one row at a time.
+            r.step()
+            return
         run = r.running
         need = r.pool.crossing_cost(run.num_computed)
         cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
         held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
         n = len(run)
-        fits = cum_need[n - np.arange(n + 1)] <= r.pool.free + held_tail
-        victims = int(np.argmax(fits))
         swap_s = 0.0
-        for _ in range(victims):
+        fits = cum_need[n - np.arange(n + 1)] <= r.pool.free + held_tail
+        for _ in range(int(np.argmax(fits))):
             swap_s += r.scheduler.preempt(len(run) - 1)
         if len(run):  # the rest decode one token each: a one-step stretch
             a, b, _ = r.model.decode_line(len(run), int((run.num_computed + 1).sum()))

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.memory.plan import MemoryPlan
+from inferplan.memory.prefixcache import PrefixCache
 from inferplan.specs.kv import kv_values_per_token
 
 IntArray = npt.NDArray[np.int64]
@@ -84,17 +85,38 @@ def pool_layout(plan: MemoryPlan) -> PoolLayout:
 
 
 class BlockPool:
-    """Free pool blocks, and the block arithmetic of sequences (tokens -> pool blocks held)."""
+    """Free pool blocks, and the block arithmetic of sequences (tokens -> pool blocks held).
+
+    With a prefix cache (``prefixcache.py``) ``free`` includes the cached-free blocks, and
+    lowering it below them evicts the least recently freed entries.
+    """
 
     def __init__(self, num_blocks: int, block_size: int, groups: tuple[KvGroup, ...]) -> None:
         self.num_blocks, self.block_size, self.groups = num_blocks, block_size, groups
-        self.free = num_blocks
+        self._free = num_blocks
+        self.cache: PrefixCache | None = None
         # One full-attention group of cost 1: a block per ``block_size`` tokens (fast paths).
         self.is_uniform = groups == FULL_ATTENTION
 
     @property
+    def free(self) -> int:
+        return self._free
+
+    @free.setter
+    def free(self, blocks: int) -> None:
+        self._free = blocks
+        cache = self.cache
+        if cache is not None and cache.lru_blocks > blocks:
+            cache.evict_to(blocks)
+
+    @property
+    def shared(self) -> int:
+        """Blocks running sequences map more than once (shared prefixes)."""
+        return 0 if self.cache is None else self.cache.shared_blocks
+
+    @property
     def used(self) -> int:
-        return self.num_blocks - self.free
+        return self.num_blocks - self._free
 
     def blocks_for(self, tokens: IntArray) -> IntArray:
         """Pool blocks sequences of ``tokens`` KV tokens hold."""

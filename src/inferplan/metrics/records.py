@@ -61,6 +61,10 @@ class RequestRecords:
     max_itl_s: FloatArray
     swapped_bytes: IntArray
     requested_output_tokens: IntArray | None = None
+    # With prefix caching (vLLM v1): prompt tokens found cached at admissions, and the tokens
+    # looked up (each admission, resumes included); None when the run had no prefix hashes.
+    cached_tokens: IntArray | None = None
+    prefix_queried_tokens: IntArray | None = None
 
     def __post_init__(self) -> None:
         num_rows = len(self.arrival_s)

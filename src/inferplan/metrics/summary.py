@@ -219,6 +219,18 @@ def _resource_keys(
         "recomputed_tokens": int(np.sum(records.recomputed_tokens)),
         "swapped_bytes": int(np.sum(records.swapped_bytes)),
         "kv_usage": None if usage is None else _kv_usage_json(usage),
+        **_prefix_cache_keys(records),
+    }
+
+
+def _prefix_cache_keys(records: RequestRecords) -> dict[str, Any]:
+    """Prefix-cache totals (vLLM's hit rate: cached over looked-up tokens), when it ran."""
+    if records.cached_tokens is None or records.prefix_queried_tokens is None:
+        return {}
+    cached, queried = int(records.cached_tokens.sum()), int(records.prefix_queried_tokens.sum())
+    return {
+        "cached_tokens": cached,
+        "prefix_cache_hit_rate": json_number(cached / queried) if queried else None,
     }
 
 
