@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_WHEELS ?=
 
-.PHONY: setup torch-cpu demo test lint typecheck unit fuzz bench clean
+.PHONY: setup torch-cpu demo test lint typecheck unit ray-test fuzz bench clean
 
 .tools/bin/uv:
 	$(PYTHON) -m venv .tools
@@ -46,6 +46,13 @@ unit: setup
 	$(RUN) pytest
 
 test: lint typecheck unit
+
+# The planner's Ray executor (an optional extra) on a local Ray instance the test starts. With
+# the venv's pytest, not `uv run`: under uv, Ray would start its workers through uv
+# (tests/plan/test_plan_ray.py says why).
+ray-test: setup
+	$(UV) sync --frozen --inexact --extra ray --quiet
+	timeout 600 .venv/bin/pytest tests/plan/test_plan_ray.py
 
 # The fuzz suite's long profile: random draws, 50x the examples `make test` runs (minutes).
 fuzz: setup
