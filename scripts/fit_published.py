@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency, bundled_efficiency
-from inferplan.plan.calibration import huber
+from inferplan.plan.calibration import golden_section, huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import RowResult, engine_release, run_setup, validate_rows
 from inferplan.specs.hardware import load_gpu
@@ -45,7 +45,6 @@ COST_BOUNDS: dict[str, tuple[float, float]] = {
     "per_seq_overhead_s": (0.0, 5e-5),
     "layer_overhead_s": (0.0, 1e-4),
 }
-GOLDEN = (math.sqrt(5) - 1) / 2
 DATA = Path("src/inferplan/perf/data/efficiency")
 COSTS_FILE = Path("src/inferplan/plan/data/published_cpu_costs.yaml")
 
@@ -86,22 +85,6 @@ def loss(results: list[RowResult]) -> float:
     return (sum(terms) + missing * 1.0) / max(len(results), 1)
 
 
-def _golden(objective: Callable[[float], float], low: float, high: float, steps: int) -> float:
-    a, b = low, high
-    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    fc, fd = objective(c), objective(d)
-    for _ in range(steps):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - GOLDEN * (b - a)
-            fc = objective(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + GOLDEN * (b - a)
-            fd = objective(d)
-    return c if fc <= fd else d
-
-
 def _descend(
     rows: list[PublishedRow],
     constants: Constants,
@@ -116,7 +99,7 @@ def _descend(
         def objective(value: float, name: str = name, base: Constants = constants) -> float:
             return loss(predict(rows, with_value(base, name, value)))
 
-        value = _golden(objective, low, high, steps)
+        value = golden_section(objective, low, high, steps)
         trial = with_value(constants, name, value)
         trial_loss = loss(predict(rows, trial))
         if trial_loss < best:

@@ -9,7 +9,7 @@ import pytest
 
 from inferplan.perf.efficiency import Efficiency, bundled_efficiency
 from inferplan.plan import calibration
-from inferplan.plan.calibration import BOUNDS, _golden, fit_efficiency, huber, loss
+from inferplan.plan.calibration import BOUNDS, fit_efficiency, golden_section, huber, loss
 from inferplan.plan.validation import Result, Run, bundled_cases, runs_for
 
 
@@ -26,9 +26,9 @@ def test_loss_is_zero_only_for_exact_predictions() -> None:
     assert loss([Result(run, run.measured * 2)]) == loss([Result(run, run.measured / 2)]) > 0
 
 
-def test_golden_section_finds_a_bounded_minimum() -> None:
-    assert _golden(lambda x: (x - 0.37) ** 2, 0.0, 1.0, 30) == pytest.approx(0.37, abs=1e-4)
-    assert _golden(lambda x: -x, 0.2, 1.0, 30) == pytest.approx(1.0, abs=1e-4)
+def testgolden_section_section_finds_a_bounded_minimum() -> None:
+    assert golden_section(lambda x: (x - 0.37) ** 2, 0.0, 1.0, 30) == pytest.approx(0.37, abs=1e-4)
+    assert golden_section(lambda x: -x, 0.2, 1.0, 30) == pytest.approx(1.0, abs=1e-4)
 
 
 def test_fit_recovers_known_constants(monkeypatch: pytest.MonkeyPatch) -> None:

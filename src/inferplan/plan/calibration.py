@@ -73,7 +73,9 @@ class FitStep:
     loss: float
 
 
-def _golden(objective: Callable[[float], float], low: float, high: float, steps: int) -> float:
+def golden_section(
+    objective: Callable[[float], float], low: float, high: float, steps: int
+) -> float:
     """Golden-section search for a minimum of a unimodal ``objective`` on [low, high]."""
     a, b = low, high
     c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
@@ -187,7 +189,7 @@ def fit_efficiency(
             def objective(value: float, name: str = name, base: Efficiency = best) -> float:
                 return evaluate(replace(base, **{name: value}))
 
-            value = _golden(objective, low, high, steps)
+            value = golden_section(objective, low, high, steps)
             candidate_loss = objective(value)
             if candidate_loss < best_loss:
                 best, best_loss = replace(best, **{name: value}), candidate_loss
