@@ -28,6 +28,7 @@ from inferplan.cli_checks import (
     int_list,
     percentile_list,
 )
+from inferplan.cli_disagg import simulate_disaggregated
 from inferplan.cli_flags import (
     DeploymentFlags,
     DisaggFlags,
@@ -78,7 +79,6 @@ from inferplan.report.validation import (
     validation_tables,
 )
 from inferplan.specs.topology import topology_json
-from inferplan.workload.request import Workload
 
 INTERNAL_ERROR_EXIT = 3  # a bug in inferplan, never a user's mistake (docs/errors.md)
 MOE_SKEW = bounded(0, 5, is_int=False)  # perf.moe.Routing's range
@@ -262,7 +262,7 @@ def simulate(
     }
     pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
     if disagg.disaggregate:
-        data = _simulate_disaggregated(
+        data = simulate_disaggregated(
             deployment, shapes, disagg, workload.build(), options, moe_skew, percentiles, goodput
         )
         _show(data, json_out, simulate_tables)
@@ -298,59 +298,6 @@ def simulate(
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
     _show(summary, json_out, simulate_tables)
-
-
-def _simulate_disaggregated(
-    deployment: DeploymentFlags,
-    shapes: dict[str, pools.PoolShape],
-    disagg: DisaggFlags,
-    requests: Workload,
-    options: ServingOptions,
-    moe_skew: float,
-    percentiles: list[float],
-    goodput: tuple[str, ...],
-) -> dict[str, Any]:
-    """``simulate --disaggregate``: each pool its own plan and step model, the KV link."""
-    tokens = requests.input_tokens + requests.output_tokens
-    shares = class_token_shares(requests.class_names, requests.class_ids, tokens)
-    built = {}
-    for name, shape in shapes.items():
-        flags = replace(
-            deployment,
-            gpu=shape.gpu or deployment.gpu,
-            tp=shape.tp or deployment.tp,
-            dp=shape.dp or 1,
-        )
-        try:
-            plan = flags.plan()
-        except DoesNotFitError:
-            raise
-        except InferplanError as err:
-            text = str(err)
-            if text.startswith("--gpu:") and shape.gpu:
-                raise InferplanError(f"--{name}-gpu:{text[6:]}") from None
-            raise InferplanError(f"{name} pool: {text}") from None
-        model = flags.step_model(plan, moe_skew=moe_skew, class_token_shares=shares)
-        built[name] = pools.build_pool(name, plan, model, options)
-    prefill, decode = built["prefill"], built["decode"]
-    latency_s = (disagg.kv_link_latency_ms or 0.0) / 1e3
-    link = pools.pools_link(prefill.plan, decode.plan, latency_s)
-    result = pools.run_pools(requests, prefill, decode, link)
-    summary = summarize(
-        result.records,
-        result.itl,
-        duration_s=result.duration_s,
-        percentiles=percentiles,
-        goodput_slo_ms=goodput_slo(goodput),
-    )
-    summary["num_steps"] = result.prefill.num_steps + result.decode.num_steps
-    summary["disaggregated"] = True
-    summary["kv_transfer"] = pools.kv_transfer_json(result)
-    summary["pools"] = {
-        "prefill": pools.pool_json("prefill", prefill, result.prefill),
-        "decode": pools.pool_json("decode", decode, result.decode),
-    }
-    return summary
 
 
 @app.command()

@@ -1,0 +1,71 @@
+"""``simulate --disaggregate``: the prefill and decode pools' plans and step models from the
+deployment flags (each pool's GPU, TP and replicas override ``--gpu``/``-tp``), the KV link
+between them, the three-stage run (``cluster/disagg.py``) and its summary with ``kv_transfer`` and
+per-pool sections. Kept out of ``cli.py`` so that the command module stays a thin parser."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from inferplan.cli_checks import goodput_slo
+from inferplan.cli_flags import DeploymentFlags, DisaggFlags
+from inferplan.cluster import pools
+from inferplan.engine.session import ServingOptions
+from inferplan.errors import DoesNotFitError, InferplanError
+from inferplan.metrics.summary import summarize
+from inferplan.perf.expert_loads import class_token_shares
+from inferplan.workload.request import Workload
+
+
+def simulate_disaggregated(
+    deployment: DeploymentFlags,
+    shapes: dict[str, pools.PoolShape],
+    disagg: DisaggFlags,
+    requests: Workload,
+    options: ServingOptions,
+    moe_skew: float,
+    percentiles: list[float],
+    goodput: tuple[str, ...],
+) -> dict[str, Any]:
+    """``simulate --disaggregate``: each pool its own plan and step model, the KV link."""
+    tokens = requests.input_tokens + requests.output_tokens
+    shares = class_token_shares(requests.class_names, requests.class_ids, tokens)
+    built = {}
+    for name, shape in shapes.items():
+        flags = replace(
+            deployment,
+            gpu=shape.gpu or deployment.gpu,
+            tp=shape.tp or deployment.tp,
+            dp=shape.dp or 1,
+        )
+        try:
+            plan = flags.plan()
+        except DoesNotFitError:
+            raise
+        except InferplanError as err:
+            text = str(err)
+            if text.startswith("--gpu:") and shape.gpu:
+                raise InferplanError(f"--{name}-gpu:{text[6:]}") from None
+            raise InferplanError(f"{name} pool: {text}") from None
+        model = flags.step_model(plan, moe_skew=moe_skew, class_token_shares=shares)
+        built[name] = pools.build_pool(name, plan, model, options)
+    prefill, decode = built["prefill"], built["decode"]
+    latency_s = (disagg.kv_link_latency_ms or 0.0) / 1e3
+    link = pools.pools_link(prefill.plan, decode.plan, latency_s)
+    result = pools.run_pools(requests, prefill, decode, link)
+    summary = summarize(
+        result.records,
+        result.itl,
+        duration_s=result.duration_s,
+        percentiles=percentiles,
+        goodput_slo_ms=goodput_slo(goodput),
+    )
+    summary["num_steps"] = result.prefill.num_steps + result.decode.num_steps
+    summary["disaggregated"] = True
+    summary["kv_transfer"] = pools.kv_transfer_json(result)
+    summary["pools"] = {
+        "prefill": pools.pool_json("prefill", prefill, result.prefill),
+        "decode": pools.pool_json("decode", decode, result.decode),
+    }
+    return summary
