@@ -28,13 +28,11 @@ from inferplan.cli_checks import (
     int_list,
     percentile_list,
 )
-from inferplan.cli_disagg import simulate_disaggregated
+from inferplan.cli_disagg import DisaggFlags, disagg_options, simulate_disaggregated
 from inferplan.cli_flags import (
     DeploymentFlags,
-    DisaggFlags,
     WorkloadFlags,
     deployment_options,
-    disagg_options,
     json_option,
     workload_options,
 )

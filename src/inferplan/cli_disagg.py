@@ -5,17 +5,73 @@ per-pool sections. Kept out of ``cli.py`` so that the command module stays a thi
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from inferplan.cli_checks import goodput_slo
-from inferplan.cli_flags import DeploymentFlags, DisaggFlags
+import click
+
+from inferplan.cli_checks import bounded, goodput_slo
+from inferplan.cli_flags import DEVICES, DeploymentFlags, option_group
 from inferplan.cluster import pools
 from inferplan.engine.session import ServingOptions
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.metrics.summary import summarize
 from inferplan.perf.expert_loads import class_token_shares
 from inferplan.workload.request import Workload
+
+
+@dataclass(frozen=True)
+class DisaggFlags:
+    disaggregate: bool
+    prefill_gpu: str | None
+    prefill_tp: int | None
+    prefill_dp: int | None
+    decode_gpu: str | None
+    decode_tp: int | None
+    decode_dp: int | None
+    kv_link_latency_ms: float | None
+
+    def given(self) -> list[str]:
+        """The pool flags set on the command line, as flags."""
+        return [
+            "--" + f.name.replace("_", "-")
+            for f in fields(self)
+            if f.name != "disaggregate" and getattr(self, f.name) is not None
+        ]
+
+
+def _pool_options(pool: str) -> list[Callable[[Any], Any]]:
+    return [
+        click.option(f"--{pool}-gpu", default=None, help=f"{pool} pool's GPU (default: --gpu)"),
+        click.option(
+            f"--{pool}-tp", type=DEVICES, default=None, help=f"{pool} pool's TP (default: -tp)"
+        ),
+        click.option(
+            f"--{pool}-dp", type=DEVICES, default=None, help=f"{pool} pool's replicas (1)"
+        ),
+    ]
+
+
+disagg_options = option_group(
+    [
+        click.option(
+            "--disaggregate",
+            is_flag=True,
+            help="Prefill and decode on separate pools, KV moved between them",
+        ),
+        *_pool_options("prefill"),
+        *_pool_options("decode"),
+        click.option(
+            "--kv-link-latency-ms",
+            type=bounded(0, 60_000, is_int=False),
+            default=None,
+            help="Fixed cost per KV transfer (default 0: bandwidth only)",
+        ),
+    ],
+    DisaggFlags,
+    "disagg",
+)
 
 
 def simulate_disaggregated(

@@ -250,7 +250,7 @@ class WorkloadFlags:
         return build_workload(values.pop("dataset_name"), **values)
 
 
-def _grouped(
+def option_group(
     options: list[Callable[[Any], Any]], flags_type: type, keyword: str
 ) -> Callable[[Any], Any]:
     """A decorator adding ``options`` and passing their values as one ``flags_type``."""
@@ -271,7 +271,7 @@ def _grouped(
     return decorate
 
 
-deployment_options = _grouped(
+deployment_options = option_group(
     [
         click.option(
             "--model", required=True, help="Bundled model (HF id or short name) or config.json path"
@@ -403,7 +403,7 @@ deployment_options = _grouped(
     "deployment",
 )
 
-workload_options = _grouped(
+workload_options = option_group(
     [
         click.option(
             "--dataset-name",
@@ -448,57 +448,4 @@ workload_options = _grouped(
 
 json_option = click.option(
     "--json", "json_out", is_flag=True, help="Machine-readable output on stdout"
-)
-
-
-@dataclass(frozen=True)
-class DisaggFlags:
-    disaggregate: bool
-    prefill_gpu: str | None
-    prefill_tp: int | None
-    prefill_dp: int | None
-    decode_gpu: str | None
-    decode_tp: int | None
-    decode_dp: int | None
-    kv_link_latency_ms: float | None
-
-    def given(self) -> list[str]:
-        """The pool flags set on the command line, as flags."""
-        return [
-            "--" + f.name.replace("_", "-")
-            for f in fields(self)
-            if f.name != "disaggregate" and getattr(self, f.name) is not None
-        ]
-
-
-def _pool_options(pool: str) -> list[Callable[[Any], Any]]:
-    return [
-        click.option(f"--{pool}-gpu", default=None, help=f"{pool} pool's GPU (default: --gpu)"),
-        click.option(
-            f"--{pool}-tp", type=DEVICES, default=None, help=f"{pool} pool's TP (default: -tp)"
-        ),
-        click.option(
-            f"--{pool}-dp", type=DEVICES, default=None, help=f"{pool} pool's replicas (1)"
-        ),
-    ]
-
-
-disagg_options = _grouped(
-    [
-        click.option(
-            "--disaggregate",
-            is_flag=True,
-            help="Prefill and decode on separate pools, KV moved between them",
-        ),
-        *_pool_options("prefill"),
-        *_pool_options("decode"),
-        click.option(
-            "--kv-link-latency-ms",
-            type=bounded(0, 60_000, is_int=False),
-            default=None,
-            help="Fixed cost per KV transfer (default 0: bandwidth only)",
-        ),
-    ],
-    DisaggFlags,
-    "disagg",
 )
