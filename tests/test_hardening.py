@@ -165,6 +165,15 @@ def test_numbers_beyond_range_name_their_bound(
     assert named in refused(capsys, "simulate", *LLAMA, *flags)
 
 
+def test_a_subnormal_request_rate_is_named_as_given_with_a_finite_span(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 5 / 1e-320 overflows to inf: the message once said "9.99989e-321" and "inf years".
+    message = refused(capsys, "simulate", *LLAMA, "--num-prompts", "5", "--request-rate", "1e-320")
+    assert "--request-rate 1e-320 with 5 requests" in message
+    assert "spans over 5.7e+300 years" in message and "inf" not in message
+
+
 def test_a_request_rate_spanning_under_a_year_still_runs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
