@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+import yaml
 
 from inferplan import cli
 from inferplan.cli import main
@@ -112,6 +113,18 @@ def test_every_user_file_gets_a_one_line_error(
     path.write_bytes(BAD_CONTENTS[content])
     message = refused(capsys, *file_flags(kind, str(path)))
     assert str(path) in message
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeLoader"), reason="PyYAML built without libyaml")
+def test_deeply_nested_yaml_is_refused_by_the_scanner_with_its_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The pure-Python scanner's work grows with the square of the depth before a RecursionError
+    # (the long fuzz profile once timed out on this file); libyaml stops at depth 1,000.
+    path = tmp_path / "gpu.yaml"
+    path.write_bytes(BAD_CONTENTS["deep"])
+    message = refused(capsys, *file_flags("gpu", str(path)))
+    assert message == f"error: {path}:1: not valid YAML (exceeded maximum nesting depth)"
 
 
 @pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace", "result"])
