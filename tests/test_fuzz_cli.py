@@ -16,12 +16,15 @@ Commands run in-process through click's ``CliRunner`` isolation and ``inferplan.
 Profiles (``INFERPLAN_FUZZ_PROFILE``): ``ci`` (default; derandomized, a few dozen examples per
 command, well under a minute) and ``long`` (``make fuzz``: random, thousands of examples).
 
-Ranges kept narrow until the engine branch lands (issue 9, items 1 and 2, which it owns): finite
-request rates are drawn from [0.5, 1000] req/s (``--request-rate 1e-100`` would run forever in
-``engine/stretch.py`` today, though a year-long span is refused at the edge anyway), and trace
-arrivals stay within [0, 1e4] s of 0 (Unix-epoch timestamps such as 1.7e9 hit the engine's
-absolute same-instant tolerance). When those land, widen ``RATES`` to [1e-6, 1e6] and add
-``EPOCH_OFFSETS`` to the trace arrivals.
+Ranges: finite request rates are drawn log-uniformly from 1e-9 to 1e6 req/s, and at the
+edge bound itself (``--num-prompts / --request-rate`` equal to ``limits.MAX_SPAN_S``, a year, and
+just either side of it), so some synthetic runs spread a few requests over months and some are
+refused at the edge. Trace arrivals are shifted by an offset from ``EPOCH_OFFSETS``: 0,
+Unix-epoch seconds (1.7e9) and milliseconds (1.7e12), and huge values (1e15, where the rows
+keep their spacing; 1e17 and 1e300, where they round onto a few instants); the number mutation
+also puts one row at 1e300 or 1.7e9 (a span beyond a year: refused). Every such run must end
+within the time limit (issue 9, items 1 and 2: a far arrival once looped forever, and a
+tolerance in absolute seconds broke epoch-time traces).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from inferplan.cli import main
+from inferplan.limits import MAX_SPAN_S
 
 PROFILE = os.environ.get("INFERPLAN_FUZZ_PROFILE", "ci")
 _LONG = PROFILE == "long"
@@ -122,7 +126,18 @@ def check_contract(argv: list[str]) -> int:
 HUGE_INT = "1" + "0" * 5000
 BAD_INTS = ["0", "-1", "1e12", "1000000000000", str(2**63 - 1), HUGE_INT, "2.5", "abc", "", "nan"]
 BAD_FLOATS = ["nan", "inf", "-inf", "1e-320", "5e-324", "1e308", "-1", "0", "abc", ""]
-RATES = st.one_of(st.floats(0.5, 1000).map(repr), st.just("inf"))  # see the module doc
+
+
+def rates(num_requests_text: str) -> st.SearchStrategy[str]:
+    """Request rates: log-uniform over 1e-9..1e6 req/s, the edge bound for the drawn
+    ``--num-prompts`` (its arrivals span exactly MAX_SPAN_S) and a hair either side, and inf."""
+    is_count = num_requests_text.isdigit() and len(num_requests_text) < 9
+    edge = (int(num_requests_text) if is_count else 40) / MAX_SPAN_S
+    return st.one_of(
+        st.floats(-9, 6).map(lambda exponent: repr(10**exponent)),
+        st.sampled_from([edge, edge * (1 - 1e-9), edge * (1 + 1e-9)]).map(repr),
+        st.just("inf"),
+    )
 
 
 class Value:
@@ -180,12 +195,33 @@ OPERATOR_CSV = (
     "# inferplan profile\noperator,num_tokens,context_tokens,time_s\nmlp,1,0,1e-5\n"
     "mlp,256,0,8e-5\nattn_decode,1,1024,2e-6\nattn_decode,64,1024,3e-5\n"
 )
-TRACE_CSV = "arrival_s,input_tokens,output_tokens\n0,100,20\n0.5,2000,64\n3.25,512,8\n9,64,128\n"
-TRACE_JSONL = (
-    '{"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}\n'
-    '{"timestamp": 1500, "input_length": 1100, "output_length": 9, "hash_ids": [1, 2, 3]}\n'
-    '{"timestamp": 7000, "input_length": 40, "output_length": 50, "hash_ids": [7]}\n'
-)
+# Where a trace's clock starts: 0, Unix-epoch seconds and milliseconds, huge (rows keep their
+# spacing at 1e15; at 1e17 and 1e300 they round onto a few instants).
+EPOCH_OFFSETS = [0.0, 1.7e9, 1.7e12, 1e15, 1e17, 1e300]
+
+
+def _time(offset: float, time: float) -> str:
+    value = offset + time
+    if value.is_integer() and value < 1e16:
+        return str(int(value))
+    return repr(value).replace("e+", "e")  # 1e300: one number for the mutations
+
+
+def trace_csv(offset_s: float) -> str:
+    rows = [(0, 100, 20), (0.5, 2000, 64), (3.25, 512, 8), (9, 64, 128)]
+    lines = [f"{_time(offset_s, t)},{i},{o}\n" for t, i, o in rows]
+    return "arrival_s,input_tokens,output_tokens\n" + "".join(lines)
+
+
+def trace_jsonl(offset_ms: float) -> str:
+    rows = [(0, 600, 20, [1, 2]), (1500, 1100, 9, [1, 2, 3]), (7000, 40, 50, [7])]
+    return "".join(
+        f'{{"timestamp": {_time(offset_ms, t)}, "input_length": {i}, "output_length": {o}, '
+        f'"hash_ids": {h}}}\n'
+        for t, i, o, h in rows
+    )
+
+
 RESULT_JSON = (
     '{"completed": 12, "total_input_tokens": 6144, "total_output_tokens": 384,\n'
     ' "request_rate": 8.0, "burstiness": 1.0, "max_concurrency": null,\n'
@@ -200,8 +236,8 @@ BASES = {
     "gpu.yaml": GPU_YAML,
     "calibration.yaml": CALIBRATION_YAML,
     "table.csv": OPERATOR_CSV,
-    "trace.csv": TRACE_CSV,
-    "trace.jsonl": TRACE_JSONL,
+    "trace.csv": trace_csv(0.0),
+    "trace.jsonl": trace_jsonl(0.0),
     "result.json": RESULT_JSON,
     "result.csv": RESULT_CSV,
 }
@@ -219,6 +255,9 @@ EXTREME_NUMBERS = [
     "1e-320",
     "-0",
     "1e9",
+    "1e300",  # a trace row at 1e300 s: a span beyond MAX_SPAN_S
+    "1.7e9",  # Unix-epoch seconds
+    "1e-300",  # a result file's request_rate
 ]
 WRONG_TYPES = ['"abc"', "[1, 2]", "null", "true", "{}", '""']
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?(?![\w.])")
@@ -257,7 +296,11 @@ def user_file(draw: st.DrawFn, folder: Path, kind: str, clean: bool = False) -> 
     mutation = "valid" if clean else draw(st.sampled_from([*MUTATIONS, "number", "number"]))
     index = draw(st.integers(0, 10_000))
     new = draw(st.sampled_from(EXTREME_NUMBERS + WRONG_TYPES))
-    content = MUTATIONS[mutation](BASES[kind], index, new)
+    base = BASES[kind]
+    if kind in ("trace.csv", "trace.jsonl"):
+        offset = draw(st.sampled_from(EPOCH_OFFSETS))
+        base = trace_csv(offset) if kind == "trace.csv" else trace_jsonl(offset)
+    content = MUTATIONS[mutation](base, index, new)
     path = folder / f"{next(_counter)}-{kind}"
     if content is None:
         path.mkdir()
@@ -335,7 +378,8 @@ ROOFLINE_FLAGS = {
 def workload_flags(draw: st.DrawFn, folder: Path, clean: bool) -> list[str]:
     names = options("random", "random", "reasoning", "servegen", "trace", bad=("sharegpt",))
     name = draw(names.pick(clean))
-    argv = ["--dataset-name", name, "--num-prompts", draw(ints(1, 40).pick(clean))]
+    num_prompts = draw(ints(1, 40).pick(clean))
+    argv = ["--dataset-name", name, "--num-prompts", num_prompts]
     if name == "trace":
         bundled = options("azure_llm_2023_conv", "vidur_splitwise_conv", bad=tuple(ODD_PATHS))
         path = draw(
@@ -347,13 +391,14 @@ def workload_flags(draw: st.DrawFn, folder: Path, clean: bool) -> list[str]:
         )
         argv += ["--dataset-path", path]
     if name == "trace":  # the trace gives the lengths
-        table: dict[str, Value] = {"--request-rate": mostly(RATES, ["0", "nan", "1e-320"])}
+        rate = mostly(rates(num_prompts), ["0", "nan", "1e-320"])
+        table: dict[str, Value] = {"--request-rate": rate}
         return argv + draw(flags(table, clean))
     table = {
         "--random-input-len": ints(1, 4096),
         "--random-output-len": ints(1, 256),
         "--random-range-ratio": floats(0, 0.99),
-        "--request-rate": mostly(RATES, [*BAD_FLOATS, "1e-100", "1e-9"]),
+        "--request-rate": mostly(rates(num_prompts), [*BAD_FLOATS, "1e-100", "1e-9"]),
         "--burstiness": mostly(choice("0.01", "0.5", "1", "4", "inf"), BAD_FLOATS),
         "--seed": ints(0, 2**32),
     }

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+import yaml
 
 from inferplan import cli
 from inferplan.cli import main
@@ -114,6 +115,18 @@ def test_every_user_file_gets_a_one_line_error(
     assert str(path) in message
 
 
+@pytest.mark.skipif(not hasattr(yaml, "CSafeLoader"), reason="PyYAML built without libyaml")
+def test_deeply_nested_yaml_is_refused_by_the_scanner_with_its_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The pure-Python scanner's work grows with the square of the depth before a RecursionError
+    # (the long fuzz profile once timed out on this file); libyaml stops at depth 1,000.
+    path = tmp_path / "gpu.yaml"
+    path.write_bytes(BAD_CONTENTS["deep"])
+    message = refused(capsys, *file_flags("gpu", str(path)))
+    assert message == f"error: {path}:1: not valid YAML (exceeded maximum nesting depth)"
+
+
 @pytest.mark.parametrize("kind", ["config", "gpu", "calibration", "table", "trace", "result"])
 def test_a_folder_an_empty_path_or_an_impossible_name_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
@@ -163,6 +176,15 @@ def test_numbers_beyond_range_name_their_bound(
     capsys: pytest.CaptureFixture[str], flags: list[str], named: str
 ) -> None:
     assert named in refused(capsys, "simulate", *LLAMA, *flags)
+
+
+def test_a_subnormal_request_rate_is_named_as_given_with_a_finite_span(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 5 / 1e-320 overflows to inf: the message once said "9.99989e-321" and "inf years".
+    message = refused(capsys, "simulate", *LLAMA, "--num-prompts", "5", "--request-rate", "1e-320")
+    assert "--request-rate 1e-320 with 5 requests" in message
+    assert "spans over 5.7e+300 years" in message and "inf" not in message
 
 
 def test_a_request_rate_spanning_under_a_year_still_runs(

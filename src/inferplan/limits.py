@@ -23,6 +23,8 @@ the margins:
 
 from __future__ import annotations
 
+import sys
+
 MAX_NUM_REQUESTS = 10_000_000
 MAX_SPAN_S = 366 * 24 * 3600.0  # a year of simulated time
 MAX_TOKENS = 10**9  # per request (prompt or output) and per context
@@ -46,5 +48,10 @@ MAX_CONFIG_POSITIONS = MAX_TOKENS  # max_position_embeddings, sliding_window
 
 
 def span_years(span_s: float) -> str:
-    """A span for a message: ``1.2e+03 years``."""
-    return f"{span_s / (365.25 * 24 * 3600):.3g} years"
+    """A span for a message: ``1.2e+03 years``; one past the largest float (a count over a
+    subnormal rate) is ``over 5.7e+300 years``, not ``inf years``."""
+    year_s = 365.25 * 24 * 3600
+    if span_s > sys.float_info.max:
+        return f"over {sys.float_info.max / year_s:.2g} years"
+    years = f"{span_s / year_s:.3g}"
+    return f"{years} year" if years == "1" else f"{years} years"

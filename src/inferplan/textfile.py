@@ -25,6 +25,10 @@ from inferplan.errors import InferplanError
 from inferplan.limits import MAX_USER_FILE_BYTES
 
 _LONG_DIGITS = re.compile(r"\d{4300,}")
+# libyaml's scanner when PyYAML has it: it refuses nesting deeper than 1,000 at once, where the
+# pure-Python scanner's work grows with the square of the depth (5,000 brackets: 1 s, or 2.5 s
+# under hypothesis's raised recursion limit) before a RecursionError. Same constructor either way.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def path_exists(path: Path) -> bool:
@@ -142,7 +146,7 @@ def read_user_yaml(path: Path, what: str) -> Any:
     """A YAML file's value (``yaml.safe_load``), with the same one-line errors."""
     text = read_user_text(path, what)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

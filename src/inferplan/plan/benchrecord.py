@@ -48,7 +48,7 @@ def span_problem(num_requests: int, request_rate: float) -> str | None:
     if span_s <= MAX_SPAN_S:
         return None
     return (
-        f"{num_requests} requests at {request_rate:g} req/s span {span_years(span_s)}; "
+        f"{num_requests} requests at {request_rate!r} req/s span {span_years(span_s)}; "
         f"at most {span_years(MAX_SPAN_S)} (MAX_SPAN_S)"
     )
 

@@ -82,7 +82,7 @@ def check_span(num_requests: int, request_rate: float) -> None:
     span_s = num_requests / request_rate
     if span_s > MAX_SPAN_S:
         raise InferplanError(
-            f"--request-rate {request_rate:g} with {num_requests} requests (--num-prompts) spans "
+            f"--request-rate {request_rate!r} with {num_requests} requests (--num-prompts) spans "
             f"{span_years(span_s)}; at most {span_years(MAX_SPAN_S)} (MAX_SPAN_S): raise the rate"
         )
 
