@@ -358,20 +358,10 @@ class PrefillFirstScheduler(Scheduler):
     whole_prompts = True
     vector_step = False
 
-    def __init__(
-        self,
-        cfg: SchedulerConfig,
-        running: RunningSet,
-        waiting: WaitingQueue,
-        swapped: Swapped,
-        pool: BlockPool,
-        records: RequestRecords,
-        prompt_tokens: IntArray,
-    ) -> None:
-        super().__init__(cfg, running, waiting, swapped, pool, records, prompt_tokens)
-        # Decode steps since the scheduler last looked at the queue, modulo
-        # num_scheduler_steps (0: the next step is a scheduling point).
-        self.decode_phase = 0
+    # Decode steps since the scheduler last looked at the queue, modulo num_scheduler_steps
+    # (0: the next step is a scheduling point). An int: each instance's first assignment makes
+    # its own copy, so no state is shared between schedulers.
+    decode_phase = 0
 
     def schedule(self, now: float) -> StepDecision:
         prefill = self._prefill_only(now)
