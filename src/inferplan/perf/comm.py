@@ -30,6 +30,14 @@ def link_bytes_s(gpu: GpuSpec, group_size: int, topology: Topology | None = None
     return gpu.host_link_bytes_s or 25e9  # PCIe-only parts: peer traffic crosses the host link
 
 
+def _collective_s(
+    wire_bytes: float, ranks: int, gpu: GpuSpec, eff: Efficiency, topology: Topology | None
+) -> float:
+    """``wire_bytes`` per rank over the group's slowest link, plus the fixed latency."""
+    link = link_bytes_s(gpu, ranks, topology)
+    return eff.collective_latency_s + wire_bytes / (link * eff.collective_bandwidth)
+
+
 def allreduce_s(
     num_bytes: float,
     ranks: int,
@@ -39,9 +47,7 @@ def allreduce_s(
 ) -> float:
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
-    wire = 2 * (ranks - 1) / ranks * num_bytes
-    link = link_bytes_s(gpu, ranks, topology)
-    return eff.collective_latency_s + wire / (link * eff.collective_bandwidth)
+    return _collective_s(2 * (ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
 
 
 def alltoall_s(
@@ -59,9 +65,7 @@ def alltoall_s(
         near = (inner - 1) / ranks * num_bytes / topology.link_bytes_s(inner)
         far = (ranks - inner) / ranks * num_bytes / topology.link_bytes_s(ranks)
         return eff.collective_latency_s + max(near, far) / eff.collective_bandwidth
-    wire = (ranks - 1) / ranks * num_bytes
-    link = link_bytes_s(gpu, ranks, topology)
-    return eff.collective_latency_s + wire / (link * eff.collective_bandwidth)
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
 
 
 def p2p_s(

@@ -29,6 +29,7 @@ from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, rank_table
+from inferplan.perf.op import Op
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.kv import kv_heads_per_rank, linear_state_values
@@ -40,34 +41,6 @@ from inferplan.specs.topology import Topology, topology_for
 ACT_BYTES = 2.0  # bf16 activations
 CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
 LINE_CACHE_SIZE = 4096
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operator on one device: FLOPs ``f0 + f1*C``, bytes ``b0 + b1*C`` (C = decode context),
-    achieved at ``flops_s`` and ``bytes_s``. ``count`` repeats it (layers of one shape)."""
-
-    name: str
-    f0: float
-    f1: float
-    b0: float
-    b1: float
-    flops_s: float
-    bytes_s: float
-    count: int = 1
-    per_stage: bool = True  # runs on every pipeline stage pass; False: once per micro-batch
-
-    def terms(self, context: float) -> tuple[float, float]:
-        compute = (self.f0 + self.f1 * context) / self.flops_s * self.count
-        memory = (self.b0 + self.b1 * context) / self.bytes_s * self.count
-        return compute, memory
-
-    def crossing(self, context: float) -> float | None:
-        """The context at which compute and memory terms are equal, if they ever are."""
-        slope = self.f1 / self.flops_s - self.b1 / self.bytes_s
-        if slope == 0:
-            return None
-        return (self.b0 / self.bytes_s - self.f0 / self.flops_s) / slope
 
 
 @dataclass(frozen=True)
