@@ -17,12 +17,12 @@ Profiles (``INFERPLAN_FUZZ_PROFILE``): ``ci`` (default; derandomized, a few doze
 command, well under a minute) and ``long`` (``make fuzz``: random, thousands of examples).
 
 Ranges: finite request rates are drawn log-uniformly from 1e-9 to 1e6 req/s, and at the
-edge bound itself (``--num-prompts / --request-rate`` equal to ``limits.MAX_SPAN_S``, a year, and
+edge bound itself (``--num-prompts / --request-rate`` equal to ``limits.MAX_SPAN_S``, ten years, and
 just either side of it), so some synthetic runs spread a few requests over months and some are
 refused at the edge. Trace arrivals are shifted by an offset from ``EPOCH_OFFSETS``: 0,
 Unix-epoch seconds (1.7e9) and milliseconds (1.7e12), and huge values (1e15, where the rows
 keep their spacing; 1e17 and 1e300, where they round onto a few instants); the number mutation
-also puts one row at 1e300 or 1.7e9 (a span beyond a year: refused). Every such run must end
+also puts one row at 1e300 or 1.7e9 (a span beyond ten years: refused). Every such run must end
 within the time limit (issue 9, items 1 and 2: a far arrival once looped forever, and a
 tolerance in absolute seconds broke epoch-time traces).
 """

@@ -196,6 +196,14 @@ def test_a_request_rate_spanning_under_a_year_still_runs(
     assert json.loads(out)["completed"] == 3
 
 
+def test_the_benchmarks_long_output_run_is_within_the_span_bound() -> None:
+    """benchmarks/bench_simulator.py's 10x-longer-outputs run sends 100,000 requests at a tenth
+    of the rate (0.003 req/s: 1.06 years of arrivals); a one-year bound refused it."""
+    from inferplan.workload.synthetic import check_span
+
+    check_span(100_000, 0.003)
+
+
 @pytest.mark.parametrize(
     ("kind", "text", "named"),
     [

@@ -13,7 +13,7 @@ A header row comes first; names match case-insensitively and surrounding whitesp
 - ``burstiness`` (optional): the shape of vllm bench's gamma arrivals, >= 0.01
   (``limits.MIN_BURSTINESS``); an empty cell means 1.0 (Poisson arrivals).
 - Counts are at most ``limits.MAX_NUM_REQUESTS`` and ``num_prompts / request_rate`` at most
-  ``limits.MAX_SPAN_S`` (a year).
+  ``limits.MAX_SPAN_S`` (ten years).
 - ``mean_ttft_ms``, ``mean_tpot_ms`` (ms) and ``output_throughput`` (output tok/s): the
   measurements. Each column is optional and an empty cell means "not measured", but every row
   needs at least one. A measurement must be > 0: a 0 is refused rather than read as "not

@@ -78,7 +78,7 @@ def check_burstiness(burstiness: float) -> float:
 
 
 def check_span(num_requests: int, request_rate: float) -> None:
-    """``num_requests`` arrivals at ``request_rate`` span at most MAX_SPAN_S (a year)."""
+    """``num_requests`` arrivals at ``request_rate`` span at most MAX_SPAN_S (ten years)."""
     span_s = num_requests / request_rate
     if span_s > MAX_SPAN_S:
         raise InferplanError(
