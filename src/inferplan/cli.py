@@ -18,6 +18,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
+from inferplan.cli_admission import AdmissionFlags, admission_keys, admission_options
 from inferplan.cli_checks import (
     Bound,
     bounded,
@@ -221,11 +222,13 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@admission_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    admission: AdmissionFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -253,6 +256,7 @@ def simulate(
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
         enable_prefix_caching=enable_prefix_caching,
+        admission=admission.config(scheduling_policy, workload.seed, disagg.disaggregate),
     )
     shapes = {
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
@@ -295,6 +299,7 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    summary.update(admission_keys(result))
     _show(summary, json_out, simulate_tables)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -36,6 +37,8 @@ class ServingOptions:
     num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
     # vLLM v1's automatic prefix caching; None: on for vLLM's v1 scheduler (its default).
     enable_prefix_caching: bool | None = None
+    # Admission control, length predictors, SPF aging (``engine/admission.py``); None: off.
+    admission: AdmissionConfig | None = None
 
     @property
     def prefix_caching(self) -> bool:
@@ -75,6 +78,8 @@ class ServingOptions:
                 "--enable-prefix-caching: emulated for vLLM v1 only (--engine vllm, "
                 "--scheduler continuous)"
             )
+        if self.admission is not None:
+            self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
@@ -125,4 +130,5 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         scheduling_policy=options.scheduling_policy,
         max_concurrency=options.max_concurrency,
         exact=options.exact,
+        admission=options.admission,
     )

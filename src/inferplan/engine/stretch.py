@@ -51,6 +51,12 @@ class DecodeStretches:
         if block_end is not None:
             k = min(k, block_end)
         k, k_pool = self._steps_before_pool_runs_out(k)
+        admission = r.scheduler.admission
+        if admission is not None:  # growth beyond reservations may exhaust the unreserved
+            # blocks first; the scheduler's own pass handles the step that ends the stretch.
+            k = admission.steps_before_exhaustion(run, min(k, k_pool))
+            admission.note_stretch(run, k)
+            return k, a, b, False
         return min(k, k_pool), a, b, k_pool < k
 
     def _steps_before_pool_runs_out(self, k: int) -> tuple[int, int]:
