@@ -409,7 +409,7 @@ workload_options = option_group(
             "--dataset-name",
             default="random",
             show_default=True,
-            help="random|trace|servegen|reasoning",
+            help="random|trace|servegen|reasoning|reasoning-burst",
         ),
         click.option(
             "--dataset-path", default=None, help="Trace file or bundled trace name (see README)"
