@@ -40,7 +40,8 @@ unreserved free block is left. Explicit, counted, never retried in hiding:
   one that has no output token yet is rejected instead.
 With ``reserve-none`` and ``preempt`` this is exactly vLLM v1's running pass (tested).
 
-Fast mode: between events the unreserved free blocks only fall (a block inside a reservation
+Fast mode: the replica's vector decode step asks ``grants_decode``. Between events the
+unreserved free blocks only fall (a block inside a reservation
 moves from the pool into it; one beyond comes out of the unreserved ones), so the admission test
 cannot flip inside a decode stretch, and ``steps_before_exhaustion`` finds the first step whose
 growth would exhaust them by bisection (DESIGN §4).
@@ -264,25 +265,15 @@ class Admission:
             need = run.num_tokens[start:] - run.num_computed[start:]
             cum = np.cumsum(need)
             tokens = np.minimum(need, np.maximum(budget - (cum - need), 0))
-            new, beyond = self._new_blocks(run, start, tokens)
-            unreserved = pool.free - self.outstanding(run, run.held_blocks)
-            bad = np.cumsum(new) > pool.free
-            if self.cfg.on_exhaustion != "queue":
-                bad |= np.cumsum(beyond) > unreserved
-            failing = np.flatnonzero(bad)
-            num_ok = len(new) if len(failing) == 0 else int(failing[0])
-            pool.free -= int(new[:num_ok].sum())
-            run.held_blocks[start : start + num_ok] += new[:num_ok]
+            num_ok = self._grant_prefix(run, start, tokens)
             granted[start : start + num_ok] = tokens[:num_ok]
             budget -= int(tokens[:num_ok].sum())
-            if num_ok == len(new):
+            if num_ok == len(tokens):
                 break
-            row = start + num_ok
-            row_tokens = int(tokens[num_ok])
+            row, row_tokens = start + num_ok, int(tokens[num_ok])
             if self.cfg.on_exhaustion in ("reject", "truncate"):
                 self._end_early(sched, row, now)
-                granted = np.delete(granted, row)
-                start = row
+                granted, start = np.delete(granted, row), row
                 continue
             # queue (pool dry) and preempt: vLLM v1's victims until the row fits.
             while not self._row_fits(run, row, row_tokens):
@@ -304,6 +295,33 @@ class Admission:
             start = row + 1
         self.note_headroom(run, run.held_blocks)
         return StepDecision(granted, swap_s=swap_s, preempted=preempted)
+
+    def _grant_prefix(self, run: RunningSet, start: int, tokens: IntArray) -> int:
+        """Allocate the blocks of rows ``start:`` (``tokens`` more each) in order while the pool
+        and, beyond reservations, the unreserved blocks last; the number of rows granted."""
+        pool = self.pool
+        new, beyond = self._new_blocks(run, start, tokens)
+        bad = np.cumsum(new) > pool.free
+        if self.cfg.on_exhaustion != "queue":
+            bad |= np.cumsum(beyond) > pool.free - self.outstanding(run, run.held_blocks)
+        failing = np.flatnonzero(bad)
+        num_ok = len(new) if len(failing) == 0 else int(failing[0])
+        pool.free -= int(new[:num_ok].sum())
+        run.held_blocks[start : start + num_ok] += new[:num_ok]
+        return num_ok
+
+    def grants_decode(self, run: RunningSet, crossing: IntArray) -> bool:
+        """The replica's vector step: whether every row can take its ``crossing`` blocks for
+        one decode token without exhausting the unreserved blocks; if so, the peak use noted
+        (the caller allocates them)."""
+        held = run.held_blocks + crossing
+        if self.cfg.on_exhaustion != "queue":
+            room = np.maximum(self.ledger.reserved_blocks[run.ids] - run.held_blocks, 0)
+            beyond = int((crossing - np.minimum(crossing, room)).sum())
+            if beyond > self.pool.free - int(room.sum()):
+                return False
+        self.note_headroom(run, held)
+        return True
 
     def _new_blocks(
         self, run: RunningSet, start: int, tokens: IntArray

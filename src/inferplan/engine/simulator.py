@@ -145,7 +145,6 @@ class Simulation:
                 scheduler.admission = Admission(
                     self.ledger, replica.pool, self.records, replica.on_finish
                 )
-                scheduler.vector_step = False  # its vector step knows no reservations
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
