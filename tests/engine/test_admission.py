@@ -32,7 +32,15 @@ from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.workload import Workload
 from inferplan.workload.predict import PredictorSpec
 
-from .test_fast_equals_exact import BASE, Case, _assert_same, _config, _plan_and_model, _workload
+from .test_fast_equals_exact import (
+    BASE,
+    WINDOWED,
+    Case,
+    _assert_same,
+    _config,
+    _plan_and_model,
+    _workload,
+)
 
 COMPLETED, REJECTED, ABORTED = (int(s) for s in RequestStatus)
 
@@ -212,6 +220,7 @@ def admission_cases(draw: st.DrawFn) -> Case:
         max_concurrency=draw(st.sampled_from([None, 4])),
         reject_some=draw(st.booleans()),
         admission=draw(_admission_configs()),
+        kv_groups=draw(st.sampled_from([None, None, WINDOWED])),  # windowed layers (Gemma-3-like)
     )
 
 
