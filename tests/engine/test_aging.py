@@ -79,6 +79,7 @@ def test_aging_bounds_the_wait_of_a_long_request() -> None:
 
 @st.composite
 def aging_cases(draw: st.DrawFn) -> Case:
+    scheduler = draw(st.sampled_from(["continuous", "static", "trtllm", "prefill_first"]))
     return replace(
         BASE,
         num_requests=draw(st.integers(10, 40)),
@@ -90,9 +91,11 @@ def aging_cases(draw: st.DrawFn) -> Case:
         max_num_seqs=draw(st.sampled_from([2, 1024])),
         data_parallel_size=draw(st.sampled_from([1, 2])),
         scheduling_policy="spf",
+        scheduler=scheduler,
+        num_scheduler_steps=draw(st.sampled_from([1, 4])),
         max_concurrency=draw(st.sampled_from([None, 4])),
         admission=AdmissionConfig(
-            policy=draw(st.sampled_from([None, "quantile"])),
+            policy=None if scheduler != "continuous" else draw(st.sampled_from([None, "quantile"])),
             predictor=PredictorSpec(draw(st.sampled_from(["oracle", "noisy", "class"]))),
             spf_aging_s=draw(st.sampled_from([0.01, 0.2, 2.0])),
         ),
