@@ -106,3 +106,24 @@ def test_console_shows_an_admission_section(capsys: pytest.CaptureFixture[str]) 
     assert "admission: reserve-max" in out
     code, out, _ = run(capsys, *SIM, "--request-rate", "2")
     assert "admission" not in out
+
+
+def test_long_outputs_coincide_preempt_on_demand_not_with_class_quantile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The burst in small (a ~5 GiB KV pool): six long outputs arriving together make
+    on-demand admission preempt; a class-quantile reservation with headroom never does."""
+    small = [
+        *("simulate", "--model", "Llama-3.1-8B", "--gpu", "h200"),
+        *("--gpu-memory-utilization", "0.16", "--max-model-len", "33000"),
+        *("--dataset-name", "reasoning-burst", "--num-prompts", "60", "--request-rate", "0.5"),
+        "--json",
+    ]
+    _, out, _ = run(capsys, *small)
+    on_demand = json.loads(out)
+    _, out, _ = run(capsys, *small, "--admission", "quantile", "--length-predictor", "class")
+    quantile = json.loads(out)
+    assert on_demand["num_preemptions"] > 0 and on_demand["completed"] == 60
+    assert quantile["num_preemptions"] == 0 and quantile["completed"] == 60
+    assert quantile["admission"]["headroom_peak_blocks"] > 0  # the tail drew on the headroom
+    assert quantile["p99_tpot_ms"] < on_demand["p99_tpot_ms"]
