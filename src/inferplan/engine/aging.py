@@ -5,9 +5,10 @@ shorter arrival for ever. With an aging bound, a request that has been waiting (
 reached the server) for ``X`` seconds or more is *aged*: aged requests are served before the
 others, first-come first-served among themselves (by arrival, i.e. request id), so no request
 waits much longer than ``X`` plus the time the requests aged before it take to be admitted.
-The same bound is used by SGLang-style fairness fixes for SJF schedulers (e.g. "Efficient LLM
-Scheduling by Learning to Rank", arXiv 2408.15792, bounds starvation by promoting requests that
-waited too long).
+Predicted-length schedulers in the literature prevent starvation in the same spirit, by
+promoting a request once it has waited past a threshold (Fu et al., "Efficient LLM Scheduling
+by Learning to Rank", arXiv 2408.15792); the FCFS order among aged requests is this module's
+choice.
 
 Aging is a timer: ``next_deadline_s`` tells the event loop when the next waiting request ages,
 so that a closed-form decode stretch stops there, and ``age(now)`` moves every request whose
