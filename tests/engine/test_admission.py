@@ -17,6 +17,7 @@ from inferplan.engine.admission import (
     END_REASONS,
     EXHAUSTION_POLICIES,
     POLICIES,
+    QUEUE_REASONS,
     QUEUED_BY_RESERVATION,
     Admission,
     AdmissionConfig,
@@ -267,3 +268,16 @@ def test_quantile_with_headroom_preempts_less_than_reserve_none() -> None:
     assert none.records.num_preemptions.sum() > 0
     assert quantile.records.num_preemptions.sum() == 0
     assert np.all(quantile.records.status == COMPLETED)
+
+
+def test_token_budget_admits_while_reserved_tokens_fit() -> None:
+    """Reserved tokens are prompt + predicted output (16 + 100 = 116 each): a 250-token budget
+    holds two (232), not three; blocks are not reserved (one each, on demand)."""
+    cfg = AdmissionConfig(policy="token-budget", token_budget=250)
+    sched, ledger = _scheduler(20, 16, [16, 16, 16], [100, 100, 100], cfg)
+    sched.schedule(0.0)
+    assert len(sched.running) == 2
+    assert ledger.reserved_tokens.tolist() == [116, 116, 0]
+    assert ledger.reserved_blocks.tolist() == [0, 0, 0]
+    assert QUEUE_REASONS[int(ledger.queued_reason[2])] == "token_budget"
+    assert sched.pool.free == 18
