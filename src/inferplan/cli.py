@@ -37,6 +37,7 @@ from inferplan.cli_flags import (
     workload_options,
 )
 from inferplan.cli_plan import plan
+from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
@@ -221,11 +222,13 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@prefix_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    prefix: PrefixFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -261,7 +264,14 @@ def simulate(
     pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
     if disagg.disaggregate:
         data = simulate_disaggregated(
-            deployment, shapes, disagg, workload.build(), options, moe_skew, percentiles, goodput
+            deployment,
+            shapes,
+            disagg,
+            prefix.build(workload),
+            options,
+            moe_skew,
+            percentiles,
+            goodput,
         )
         _show(data, json_out, simulate_tables)
         return
@@ -272,7 +282,7 @@ def simulate(
     check_prefill_first_budget(scheduler, budget, plan.max_model_len)
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
-    requests = workload.build()
+    requests = prefix.build(workload)
     options = replace(options, data_parallel_size=plan.parallelism.num_replicas)
     tokens = requests.input_tokens + requests.output_tokens
     step_model = deployment.step_model(

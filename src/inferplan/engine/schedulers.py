@@ -120,6 +120,7 @@ class Scheduler:
         for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
             end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
             cache.register(int(run.ids[row]), end // entry_tokens)
+        cache.evict_to(self.pool.free)  # windowed parts just cached may not fit the free pool
 
     def release_blocks(self, rid: int, held: int) -> None:
         """A request gives back the ``held`` blocks its sequence maps."""
@@ -196,9 +197,10 @@ class Scheduler:
             else:  # map the cached entries first, so that allocating cannot evict them
                 entry_tokens = pool.cache.entry_blocks * pool.block_size
                 pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
-                pool.free -= held - hit // pool.block_size
+                pool.free -= held - hit // entry_tokens * pool.cache.entry_blocks
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))
                 pool.cache.register(rid, end // entry_tokens)
+                pool.cache.evict_to(pool.free)
                 self.records.cached_tokens[rid] += hit  # type: ignore[index]
                 self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
             if math.isnan(self.records.first_scheduled_s[rid]):
