@@ -25,8 +25,24 @@ def test_shared_prefix_hits_and_off_has_no_hit_rate(capsys: pytest.CaptureFixtur
     assert data["cached_tokens"] == 19 * 800
     assert data["prefix_cache_hit_rate"] == pytest.approx(19 * 800 / 20_000)
     assert data["total_input_tokens"] == 20 * 1000
+    assert data["prefix_cache_replicas"] == [
+        {"cached_tokens": 19 * 800, "hit_rate": data["prefix_cache_hit_rate"]}
+    ]
     code, out, _ = run(capsys, *args, "--request-rate", "1", "--no-enable-prefix-caching")
-    assert code == 0 and "prefix_cache_hit_rate" not in json.loads(out)
+    off = json.loads(out)
+    assert code == 0 and "prefix_cache_hit_rate" not in off
+    assert "prefix_cache_replicas" not in off
+
+
+def test_hits_per_replica_with_data_parallelism(capsys: pytest.CaptureFixture[str]) -> None:
+    """Round robin over 2 replicas, one request at a time: each replica misses once (its
+    first request), then hits the prefix's 50 blocks."""
+    args = (*SIM, "--random-input-len", "200", "--random-prefix-len", "800", "-dp", "2")
+    code, out, _ = run(capsys, *args, "--request-rate", "1", "--json")
+    assert code == 0
+    replicas = json.loads(out)["prefix_cache_replicas"]
+    assert [r["cached_tokens"] for r in replicas] == [9 * 800, 9 * 800]
+    assert replicas[0]["hit_rate"] == pytest.approx(9 * 800 / 10_000)
 
 
 def test_default_flags_are_the_workload_without_a_prefix(
@@ -69,6 +85,7 @@ def test_disaggregated_prefill_pool_reports_its_hit_rate(
     assert prefill["cached_tokens"] == data["cached_tokens"] == 19 * 800
     assert prefill["prefix_cache_hit_rate"] == pytest.approx(19 * 800 / 20_000)
     assert "prefix_cache_hit_rate" not in decode
+    assert prefill["prefix_cache_replicas"][0]["cached_tokens"] == 19 * 800
     code, out, _ = run(capsys, *args, "--request-rate", "1", "--no-enable-prefix-caching", "--json")
     off = json.loads(out)
     assert code == 0 and "cached_tokens" not in off["pools"]["prefill"]

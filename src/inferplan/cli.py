@@ -45,6 +45,7 @@ from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
 from inferplan.memory.advice import does_not_fit_message
+from inferplan.memory.prefixcache import replica_hits_json
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import efficiency_for
@@ -305,6 +306,8 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    if result.records.cached_tokens is not None:
+        summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
     _show(summary, json_out, simulate_tables)
 
 

@@ -26,7 +26,8 @@ from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.plan import MemoryPlan
-from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.memory.prefixcache import replica_hits_json
+from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.specs.dtypes import weight_format
@@ -178,13 +179,19 @@ def pool_json(name: str, build: PoolBuild, stage: SimulationResult) -> dict[str,
         "num_steps": stage.num_steps,
         "kv_usage": None if usage is None else {"mean": usage.mean, "max": usage.max},
         **latency,
-        **prefix_cache_json(rec),
+        **prefix_cache_json(stage),
     }
 
 
-def prefix_cache_json(rec: RequestRecords) -> dict[str, Any]:
-    """A pool's prefix-cache totals, when its replicas cached (the prefill pool)."""
+def prefix_cache_json(stage: SimulationResult) -> dict[str, Any]:
+    """A pool's prefix-cache totals and per-replica hits, when its replicas cached (the
+    prefill pool)."""
+    rec = stage.records
     if rec.cached_tokens is None or rec.prefix_queried_tokens is None:
         return {}
     cached, queried = int(rec.cached_tokens.sum()), int(rec.prefix_queried_tokens.sum())
-    return {"cached_tokens": cached, "prefix_cache_hit_rate": cached / queried if queried else None}
+    return {
+        "cached_tokens": cached,
+        "prefix_cache_hit_rate": cached / queried if queried else None,
+        "prefix_cache_replicas": replica_hits_json(stage.prefix_caches),
+    }

@@ -203,6 +203,8 @@ class Scheduler:
                 pool.cache.evict_to(pool.free)
                 self.records.cached_tokens[rid] += hit  # type: ignore[index]
                 self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+                pool.cache.cached_tokens += hit
+                pool.cache.queried_tokens += tokens
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
+from inferplan.memory.prefixcache import PrefixCache
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -67,6 +68,8 @@ class SimulationResult:
     # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
     # it (add it back to show trace times).
     time_offset_s: float = 0.0
+    # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
+    prefix_caches: list[PrefixCache | None] = field(default_factory=list)
 
 
 def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
@@ -293,4 +296,5 @@ class Simulation:
             num_steps=sum(r.num_steps for r in self.replicas),
             idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
             time_offset_s=self.time_offset_s,
+            prefix_caches=[r.pool.cache for r in self.replicas],
         )

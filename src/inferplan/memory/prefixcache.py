@@ -107,6 +107,9 @@ class PrefixCache:
         self.window_entry_blocks = window_entry_blocks
         self.window_entries = window_entries
         self.refs: dict[int, int] = {}  # cached hash -> running requests mapping it
+        # Totals over admissions (resumes included): tokens hit, and prompt tokens looked up.
+        self.cached_tokens = 0
+        self.queried_tokens = 0
         # Unreferenced cached full parts (key: hash) and cached windowed parts (key: -1 - hash),
         # least recently used first.
         self.lru: OrderedDict[int, None] = OrderedDict()
@@ -232,3 +235,14 @@ class PrefixCache:
         assert self.shared_blocks == self.entry_blocks * sum(
             c - 1 for c in self.refs.values() if c > 1
         )
+
+
+def replica_hits_json(caches: list[PrefixCache | None]) -> list[dict[str, int | float | None]]:
+    """Per replica (in index order): tokens its prefix cache supplied and its hit rate (cached
+    over looked-up tokens, vLLM's definition)."""
+    out: list[dict[str, int | float | None]] = []
+    for cache in caches:
+        cached = 0 if cache is None else cache.cached_tokens
+        queried = 0 if cache is None else cache.queried_tokens
+        out.append({"cached_tokens": cached, "hit_rate": cached / queried if queried else None})
+    return out

@@ -29,6 +29,8 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
         ("recomputed tokens", f"{summary['recomputed_tokens']:,}"),
         ("swapped bytes", f"{summary['swapped_bytes']:,}"),
     ]
+    if summary.get("prefix_cache_hit_rate") is not None:
+        rows.append(("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}"))
     kv = summary.get("kv_usage")
     if kv:
         rows.append(("KV usage mean / max", f"{kv['mean']:.1%} / {kv['max']:.1%}"))
