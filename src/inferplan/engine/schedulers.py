@@ -104,7 +104,7 @@ class Scheduler:
         cache = self.pool.cache
         if cache is None:
             return 0, 0
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0
@@ -115,7 +115,7 @@ class Scheduler:
         """Cache the full prompt entries the running rows' chunks of this step complete."""
         cache, run = self.pool.cache, self.running
         assert cache is not None
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         prompt = self.prompt_tokens[run.ids]
         for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
             end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
@@ -195,7 +195,7 @@ class Scheduler:
             if pool.cache is None:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
-                entry_tokens = pool.cache.entry_blocks * pool.block_size
+                entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
                 pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
                 pool.free -= held - hit // entry_tokens * pool.cache.entry_blocks
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))

@@ -87,6 +87,7 @@ def windowed_prefix_cache(
         kv_blocks * full,
         window_entry_blocks=kv_blocks * sum(g.cost for g in windowed),
         window_entries=-(-(window_tokens - 1) // entry_tokens),
+        entry_kv_blocks=kv_blocks,
     )
 
 
@@ -99,9 +100,12 @@ class PrefixCache:
         entry_blocks: int,
         window_entry_blocks: int = 0,
         window_entries: int | None = None,
+        entry_kv_blocks: int | None = None,
     ) -> None:
         self.hashes = hashes  # per request: its prompt's entry hashes
         self.entry_blocks = entry_blocks  # pool blocks per entry (full-attention part)
+        # KV blocks (``block_size`` tokens) per entry; pool blocks only with full attention alone.
+        self.entry_kv_blocks = entry_blocks if entry_kv_blocks is None else entry_kv_blocks
         # Sliding-window layers (None: none): pool blocks of an entry's windowed part, and the
         # entries of windowed parts a hit needs before its end.
         self.window_entry_blocks = window_entry_blocks
@@ -211,6 +215,25 @@ class PrefixCache:
                 self.lru_blocks += self.entry_blocks
         self.shared_blocks -= kept
         return kept
+
+    def hit_keys(self, rid: int, entries: int) -> set[int]:
+        """The LRU keys a hit of ``rid``'s first ``entries`` entries uses: its unreferenced
+        full parts and its last window's windowed parts. Evicting any of them shrinks it."""
+        hashes = self.hashes[rid][:entries]
+        keys = {h for h in hashes if self.refs.get(h) == 0}
+        if self.window_entries:
+            keys.update(-1 - h for h in hashes[max(0, entries - self.window_entries) :])
+        return keys
+
+    def blocks_before(self, keys: set[int], limit: int) -> int:
+        """Cached-free blocks on the LRU list older than the oldest of ``keys`` (eviction
+        takes them first), counted up to ``limit`` (the caller needs no more)."""
+        total = 0
+        for key in self.lru:
+            if total >= limit or key in keys:
+                break
+            total += self.window_entry_blocks if key < 0 else self.entry_blocks
+        return total
 
     def evict_to(self, free_blocks: int) -> None:
         """Drop the least recently freed entries until the cached-free blocks fit in
