@@ -207,7 +207,8 @@ def roofline(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     default=None,
     help="vLLM v1 automatic prefix caching of full prompt blocks (on by default with --engine "
-    "vllm; needs prompt-block hashes, e.g. the Mooncake trace's hash_ids)",
+    "vllm; needs prompt-block hashes: the Mooncake trace's hash_ids, --random-prefix-len, or a "
+    "session_id column)",
 )
 @click.option(
     "--max-concurrency",
