@@ -4,6 +4,7 @@ output unchanged, determinism, and one-line errors (exit 2) naming the flag."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,17 @@ def test_reasoning_share_needs_the_mixed_dataset(capsys: pytest.CaptureFixture[s
     argv = ["simulate", "--model", "Llama-3.1-8B", "--gpu", "h200", "--reasoning-share", "0.5"]
     code, _, err = _run(capsys, *argv)
     assert code == 2 and err.startswith("error: --reasoning-share does not apply"), err
+
+
+def test_trace_classes_route_to_pools(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A plain CSV trace's ``class`` column names the classes; unknown ones go to the default."""
+    trace = tmp_path / "t.csv"
+    rows = [f"{i * 0.1},{100 + i},{20},{c}" for i, c in enumerate(["a", "b", "c", "a", "b"])]
+    trace.write_text("arrival_s,input_tokens,output_tokens,class\n" + "\n".join(rows) + "\n")
+    argv = ["simulate", "--model", "Llama-3.1-8B", "--gpu", "h200", "-dp", "3"]
+    argv += ["--dataset-name", "trace", "--dataset-path", str(trace), "--json"]
+    code, out, err = _run(capsys, *argv, "--pools", "a=1,rest=2", "--default-pool", "rest")
+    assert code == 0, err
+    pools = json.loads(out)["class_pools"]["pools"]
+    assert pools["a"]["classes"] == ["a"] and pools["a"]["num_requests"] == 2
+    assert pools["rest"]["classes"] == ["b", "c"] and pools["rest"]["num_requests"] == 3
