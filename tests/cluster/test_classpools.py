@@ -149,6 +149,28 @@ def test_one_pool_is_the_shared_pool() -> None:
             np.testing.assert_array_equal(getattr(plain, name), getattr(pooled, name))
 
 
+def test_checks_that_never_move_change_no_request() -> None:
+    """A rule that never fires only splits fast-mode stretches at the checks: every request's
+    times equal the run without pools to float tolerance."""
+    rng = np.random.default_rng(11)
+    n = 50
+    wl = _workload(
+        sorted(rng.uniform(0, 2, n)),
+        rng.integers(50, 800, n).tolist(),
+        rng.integers(2, 300, n).tolist(),
+        rng.integers(0, 2, n).tolist(),
+    )
+    cfg = _config(3, seqs=4, blocks=200)
+    plain = Simulation(wl, cfg, MODEL).run().records
+    never = Repartition("queue", 10**6, interval_s=0.05, cooldown_s=0.0)
+    run = simulate_class_pools(wl, cfg, MODEL, _pools(("reasoning", 1), ("chat", 2), rule=never))
+    assert not run.moves
+    shared = simulate_class_pools(wl, cfg, MODEL, _pools(("all", 3), rule=never)).result.records
+    np.testing.assert_array_equal(plain.status, shared.status)
+    for name in ("first_scheduled_s", "first_token_s", "finish_s"):
+        np.testing.assert_allclose(getattr(plain, name), getattr(shared, name), rtol=1e-9)
+
+
 # ---- one move, by hand -----------------------------------------------------------------------
 
 
