@@ -326,6 +326,10 @@ def test_every_request_completes_in_exactly_one_pool(
     assert sum(p["completed"] for p in summary["pools"].values()) == wl.num_requests - sum(rejected)
     # Replicas are conserved: serving in some pool, or draining in one move.
     assert sum(t[-1][1] for t in run.timelines) == cfg.data_parallel_size
+    serving_s = sum(p["replica_s"] for p in summary["pools"].values())
+    assert serving_s + summary["drain_replica_s"] == pytest.approx(
+        cfg.data_parallel_size * run.result.duration_s, rel=1e-9, abs=1e-9
+    )
     rule = spec.repartition
     assert rule is not None
     for before, after in zip(run.moves, run.moves[1:], strict=False):
