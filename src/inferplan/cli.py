@@ -28,6 +28,7 @@ from inferplan.cli_checks import (
     int_list,
     percentile_list,
 )
+from inferplan.cli_classpools import ClassPoolFlags, classpool_options, pooled_run
 from inferplan.cli_disagg import DisaggFlags, disagg_options, simulate_disaggregated
 from inferplan.cli_flags import (
     DeploymentFlags,
@@ -224,12 +225,14 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@classpool_options
 @prefix_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    classpool: ClassPoolFlags,
     prefix: PrefixFlags,
     max_concurrency: int | None,
     scheduler: str,
@@ -263,6 +266,7 @@ def simulate(
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
         "decode": pools.PoolShape(disagg.decode_gpu, disagg.decode_tp, disagg.decode_dp),
     }
+    classpool.check_with(disagg.disaggregate)
     pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
     if disagg.disaggregate:
         data = simulate_disaggregated(
@@ -293,7 +297,10 @@ def simulate(
         class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
     )
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
-        result = run_simulation(plan, step_model, requests, options, advance)
+        if classpool.pools is not None:
+            result, pooled = pooled_run(classpool, plan, step_model, requests, options, advance)
+        else:
+            result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
     traces = result.traces
     summary = summarize(
         result.records,
@@ -307,6 +314,7 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    summary.update(pooled)  # with --pools: the class_pools section
     if result.records.cached_tokens is not None:
         summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
     _show(summary, json_out, simulate_tables)

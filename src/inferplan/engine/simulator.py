@@ -179,12 +179,17 @@ class Simulation:
             self.num_done += 1
             return
         self.in_flight += 1
-        index = ROUTERS[self.cfg.router](self.replicas, self.num_routed)
-        self.num_routed += 1
-        replica = self.replicas[index]
+        replica = self.replicas[self._route(rid)]
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
+
+    def _route(self, rid: int) -> int:
+        """The replica for request ``rid``: the router over every replica (class pools route
+        within the request's pool: ``cluster/classpools.py``)."""
+        index = ROUTERS[self.cfg.router](self.replicas, self.num_routed)
+        self.num_routed += 1
+        return index
 
     def _kv_blocks_at_end(self, prompt: int, output: int) -> int:
         """Pool blocks a request holds at its largest: its whole prompt + output where
