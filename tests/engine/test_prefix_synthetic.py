@@ -26,7 +26,7 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, build_workload
-from inferplan.workload.prefixes import with_shared_prefix
+from inferplan.workload.prefixes import HASH_BLOCK_TOKENS, session_hashes, with_shared_prefix
 
 
 @cache
@@ -302,3 +302,42 @@ def test_windowed_pool_hits_are_whole_kv_blocks_of_the_prefix(
     res = _run(wl, _config(wl, 16, 4000, 8192, 1, exact=False, groups=groups))
     cached = res.records.cached_tokens
     assert cached is not None and cached.tolist() == [0, 992, 992, 992, 992]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kv_groups=st.sampled_from([FULL_ATTENTION, WINDOWED]),
+    block_size=st.sampled_from([8, 16, 32]),
+    spare=st.integers(0, 60),
+    num_sessions=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+)
+def test_fast_equals_exact_on_conversation_sessions(
+    kv_groups: tuple[KvGroup, ...], block_size: int, spare: int, num_sessions: int, seed: int
+) -> None:
+    """Multi-turn sessions (``session_hashes``): each turn's prompt is the previous turn's
+    context plus a new message; turns of a session arrive in order, sessions interleave."""
+    rng = np.random.default_rng(seed)
+    n = 36
+    sessions = [str(s) for s in rng.integers(0, num_sessions, size=n)]
+    context: dict[str, int] = {}
+    inputs, outputs = [], []
+    for s in sessions:
+        prompt = context.get(s, 0) + int(rng.integers(1, 60))
+        output = int(rng.integers(1, 30))
+        inputs.append(prompt)
+        outputs.append(output)
+        context[s] = prompt + output
+    arrivals = np.cumsum(rng.exponential(0.05, size=n))
+    ins, outs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
+    wl = Workload(
+        arrival_s=arrivals,
+        input_tokens=ins,
+        output_tokens=outs,
+        class_ids=np.zeros(n, dtype=np.int64),
+        prefix_hashes=session_hashes(list(sessions), ins, outs),
+        prefix_block_tokens=HASH_BLOCK_TOKENS,
+    )
+    fast = _run(wl, _config(wl, block_size, spare, 256, 1, exact=False, groups=kv_groups))
+    exact = _run(wl, _config(wl, block_size, spare, 256, 1, exact=True, groups=kv_groups))
+    _assert_same(fast, exact)
