@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 
 from inferplan.report.admission import admission_table
+from inferplan.report.classpools import class_pools_tables
 from inferplan.report.experts import expert_rank_table
 
 
@@ -30,6 +31,8 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
         ("recomputed tokens", f"{summary['recomputed_tokens']:,}"),
         ("swapped bytes", f"{summary['swapped_bytes']:,}"),
     ]
+    if summary.get("prefix_cache_hit_rate") is not None:
+        rows.append(("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}"))
     kv = summary.get("kv_usage")
     if kv:
         rows.append(("KV usage mean / max", f"{kv['mean']:.1%} / {kv['max']:.1%}"))
@@ -66,11 +69,12 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
             _ms(None if row["tpot_s"].get("p50") is None else row["tpot_s"]["p50"] * 1e3),
             _s(row["e2el_s"].get("p99")),
         )
+    pooled = [class_pools_tables(summary["class_pools"])] if "class_pools" in summary else []
     extra = [admission_table(summary["admission"])] if "admission" in summary else []
     experts = summary.get("expert_parallel")
     if experts:
-        return Group(head, lat, buckets, *extra, expert_rank_table(experts))
-    return Group(head, lat, buckets, *extra)
+        return Group(head, lat, buckets, *extra, expert_rank_table(experts), *pooled)
+    return Group(head, lat, buckets, *extra, *pooled)
 
 
 def _s(value: float | None) -> str:
