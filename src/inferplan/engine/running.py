@@ -126,5 +126,5 @@ class RunningSet:
         pending (a prompt whose last chunk is one token is still a prefill: it emits the first
         token)."""
         return bool(
-            np.all(self.num_tokens - self.num_computed == 1) and np.all(self.num_generated > 0)
+            (self.num_tokens - self.num_computed == 1).all() and (self.num_generated > 0).all()
         )

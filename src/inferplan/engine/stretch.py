@@ -127,7 +127,7 @@ class DecodeStretches:
         if remaining is None:
             remaining = int((run.target - generated).min()) + k
         if k >= remaining:
-            r.finish(np.flatnonzero(generated >= run.target))
+            r.finish((generated >= run.target).nonzero()[0])
 
     def _stretch_itl(
         self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
