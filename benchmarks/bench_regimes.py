@@ -2,7 +2,9 @@
 
 Each regime is one ``Simulation`` built as ``inferplan simulate`` builds it (vLLM v1 defaults
 unless the regime sets a flag), run in fast mode in a fresh subprocess, so its peak RSS
-(``ru_maxrss``: Python, numpy and the model included) is its own:
+(``ru_maxrss``: Python, numpy and the model included) is its own. Reported: wall seconds of the
+simulation (building the plan and workload excluded) and its CPU seconds (``process_time``),
+which a machine shared with other jobs inflates less than wall time:
 
 - ``near``: 100,000 ``reasoning`` requests (outputs: 45 % above 5,000 tokens, mean ~5,400, cap
   32k) on Llama-3.1-8B, one H200, Poisson at 1 req/s: the replica's capacity, where the KV pool
@@ -120,11 +122,12 @@ def measure_once(name: str, num_requests: int | None = None) -> dict[str, float]
     model = build_step_model(plan)
     workload = _workload(regime, num, plan.max_model_len)
     options = ServingOptions(data_parallel_size=regime.dp)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     res = Simulation(workload, simulation_config(plan, options), model).run()
-    wall_s = time.perf_counter() - start
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     return {
         "wall_s": wall_s,
+        "cpu_s": cpu_s,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "num_requests": float(num),
         "num_steps": float(res.num_steps),
@@ -149,6 +152,7 @@ def main(repeats: int = REPEATS, num_requests: int | None = None) -> dict[str, A
     for name in REGIMES:
         runs = [_in_subprocess(name, num_requests) for _ in range(repeats)]
         results[f"{name}_wall_s"] = statistics.median(r["wall_s"] for r in runs)
+        results[f"{name}_cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
         results[f"{name}_peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
         for key in ("num_requests", "num_steps", "preemptions", "simulated_s"):
             results[f"{name}_{key}"] = runs[0][key]

@@ -246,23 +246,23 @@ class Replica:
         self._finish_step(plan.sched, duration)
 
     def _batch(self, sched: np.ndarray) -> StepBatch:
-        run = self.running
-        active = sched > 0
-        decode = active & (sched == 1) & (run.num_computed > 0)
-        prefill = active & ~decode
-        q, o = sched[prefill], run.num_computed[prefill]
+        computed = self.running.num_computed
+        decode = (sched == 1) & (computed > 0)
+        prefill = (sched > 0) & ~decode
+        q, o = sched[prefill], computed[prefill]
+        num_decode = int(decode.sum())
         return StepBatch(
             prefill_tokens=int(q.sum()),
             prefill_attention_pairs=float((q * o + q * (q + 1) / 2).sum()),
             prefill_context_tokens=int(o.sum()),
-            num_prefill_seqs=int(prefill.sum()),
-            num_decode_seqs=int(decode.sum()),
-            decode_context_tokens=int((run.num_computed[decode] + 1).sum()),
+            num_prefill_seqs=len(q),
+            num_decode_seqs=num_decode,
+            decode_context_tokens=int(computed[decode].sum()) + num_decode,
         )
 
     def _finish_step(self, sched: np.ndarray, duration: float) -> None:
         run = self.running
-        run.num_computed = run.num_computed + sched
+        np.add(run.num_computed, sched, out=run.num_computed)
         emits = (sched > 0) & (run.num_computed == run.num_tokens)
         self._emit(emits.nonzero()[0], duration)
 
