@@ -164,15 +164,7 @@ class DecodeStretches:
             return
         run = r.running
         self._known = None
-        need = r.pool.crossing_cost(run.num_computed)
-        # Victims from the tail, one at a time: what the rest need falls and what the pool
-        # can give grows with each, so the first ``p`` that fits is the answer (usually 1).
-        n, need_rest, free = len(run), int(need.sum()), r.pool.free
-        victims = 0
-        while need_rest > free:
-            victims += 1
-            need_rest -= int(need[n - victims])
-            free += int(run.held_blocks[n - victims])
+        victims = num_victims(r.pool.crossing_cost(run.num_computed), run.held_blocks, r.pool.free)
         swap_s = 0.0
         for _ in range(victims):
             swap_s += r.scheduler.preempt(len(run) - 1)
@@ -182,6 +174,20 @@ class DecodeStretches:
             self.advance_decode(1, a + swap_s, b, context)
         else:  # nothing left to run: the step is only the swap-out
             r.now += swap_s
+
+
+def num_victims(need: np.ndarray, held: np.ndarray, free: int) -> int:
+    """The fewest rows ``p`` to pop from the tail so that the rest's new blocks fit:
+    ``need[:n-p].sum() <= free + held[n-p:].sum()``. Each victim lowers the left side and
+    raises the right, so counting them one at a time from the tail finds the first ``p``
+    (usually 1, so scalar steps beat cumulative sums over the batch)."""
+    n, need_rest = len(need), int(need.sum())
+    victims = 0
+    while need_rest > free:
+        victims += 1
+        need_rest -= int(need[n - victims])
+        free += int(held[n - victims])
+    return victims
 
 
 def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap: int) -> int:
