@@ -29,7 +29,7 @@ from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
-from inferplan.memory.prefixcache import PrefixCache
+from inferplan.memory.prefixcache import PrefixCache, regroup_hashes, windowed_prefix_cache
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -57,14 +57,19 @@ class SchedulerConfig:
 
 def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:
     """A replica's prefix cache (``memory/prefixcache.py``), or None where it does not apply:
-    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, a
-    pool with sliding-window layers, or hash blocks that are not whole KV blocks."""
+    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, or a
+    pool without full-attention layers. Hash blocks that are not whole KV blocks are regrouped
+    into entries of ``lcm(hash block, KV block)`` tokens."""
     hashes, entry_tokens = workload.prefix_hashes, workload.prefix_block_tokens
     if not cfg.enable_prefix_caching or cfg.scheduler != "continuous" or hashes is None:
         return None
-    if cfg.kv_groups != FULL_ATTENTION or not entry_tokens or entry_tokens % cfg.block_size:
+    if not entry_tokens:
         return None
-    return PrefixCache(hashes, entry_tokens // cfg.block_size)
+    hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)
+    kv_blocks = entry_tokens // cfg.block_size
+    if cfg.kv_groups == FULL_ATTENTION:
+        return PrefixCache(hashes, kv_blocks)
+    return windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
 
 
 class Replica:

@@ -104,7 +104,7 @@ class Scheduler:
         cache = self.pool.cache
         if cache is None:
             return 0, 0
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0
@@ -115,11 +115,12 @@ class Scheduler:
         """Cache the full prompt entries the running rows' chunks of this step complete."""
         cache, run = self.pool.cache, self.running
         assert cache is not None
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         prompt = self.prompt_tokens[run.ids]
         for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
             end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
             cache.register(int(run.ids[row]), end // entry_tokens)
+        cache.evict_to(self.pool.free)  # windowed parts just cached may not fit the free pool
 
     def release_blocks(self, rid: int, held: int) -> None:
         """A request gives back the ``held`` blocks its sequence maps."""
@@ -194,13 +195,16 @@ class Scheduler:
             if pool.cache is None:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
-                entry_tokens = pool.cache.entry_blocks * pool.block_size
+                entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
                 pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
-                pool.free -= held - hit // pool.block_size
+                pool.free -= held - hit // entry_tokens * pool.cache.entry_blocks
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))
                 pool.cache.register(rid, end // entry_tokens)
+                pool.cache.evict_to(pool.free)
                 self.records.cached_tokens[rid] += hit  # type: ignore[index]
                 self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+                pool.cache.cached_tokens += hit
+                pool.cache.queried_tokens += tokens
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
