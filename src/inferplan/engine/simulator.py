@@ -199,7 +199,7 @@ class Simulation:
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
-        chain = self.cfg.scheduling_policy != "priority"
+        chain = self.cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             # Another replica's finish may release a held request at its clock or later: a
             # stretch must not run past the point where that replica stands.

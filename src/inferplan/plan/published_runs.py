@@ -13,8 +13,8 @@ with its engine's memory rule and limits, and one of two predictions:
   step-time model the simulator uses; the run costs a few step evaluations, not a simulation.
 - **Simulation**, for everything with latencies, arrivals or varying lengths (``vllm bench
   serve`` runs, online serving tables): the event-driven engine with the engine's scheduler
-  (SGLang's scheduling is not emulated yet: its runs use vLLM's continuous batching with SGLang's
-  memory rule, and the assumption is listed).
+  (vLLM v1, TensorRT-LLM, SGLang's ``engine/sglang.py``) and, for vLLM and SGLang, the host
+  costs fitted to their latency rows (``perf/engine_overheads.py``).
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
@@ -38,6 +38,7 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
+from inferplan.perf.engine_overheads import with_engine_overheads
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.plan.published import (
@@ -86,7 +87,9 @@ def row_efficiency(row: PublishedRow, family: Efficiency) -> Efficiency:
     """``family`` with the row's engine-release host costs, where they were fitted."""
     release = engine_release(row)
     costs = release_cpu_costs().get(release, {}) if release else {}
-    return replace(family, **costs) if costs else family
+    if not costs:  # vLLM and SGLang: their latency-fitted host costs (perf/engine_overheads.py)
+        return with_engine_overheads(family, row.engine, row.engine_version)
+    return replace(family, **costs)
 
 
 @dataclass(frozen=True)
@@ -303,7 +306,7 @@ def predict_run(
         }
     else:
         options = ServingOptions(
-            engine=setup.engine if setup.engine != "sglang" else "vllm",
+            engine=setup.engine,
             max_concurrency=first.max_concurrency,
             data_parallel_size=setup.par.num_replicas,
         )
