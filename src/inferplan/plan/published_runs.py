@@ -37,10 +37,12 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_overheads import with_engine_overheads
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -49,7 +51,11 @@ from inferplan.plan.published import (
     skip_reason,
 )
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import engine_defaults, sglang_mem_fraction_static
+from inferplan.specs.engines import (
+    engine_defaults,
+    sglang_cuda_graph_max_bs,
+    sglang_mem_fraction_static,
+)
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.params import count_params
@@ -202,6 +208,13 @@ def run_setup(row: PublishedRow) -> RunSetup:
     return RunSetup(model, gpu.key, engine, par, memory, closed_form)
 
 
+def run_graphs(setup: RunSetup, plan: MemoryPlan) -> CudaGraphs:
+    """The run's engine's default decode CUDA graphs (``perf/cudagraph.py``)."""
+    cfg = plan.config
+    max_bs = sglang_cuda_graph_max_bs(plan.gpu, setup.par.tp)
+    return engine_graphs(setup.engine, cfg.max_num_seqs, cfg.max_num_batched_tokens, max_bs)
+
+
 @cache
 def memory_plan(setup: RunSetup) -> MemoryPlan:
     return plan_memory(load_model(setup.model), load_gpu(setup.gpu), setup.par, setup.memory)
@@ -291,7 +304,10 @@ def predict_run(
     setup = run_setup(first)
     plan = memory_plan(setup)
     eff = efficiency or row_efficiency(first, efficiency_for(plan.gpu))
+    release = engine_release(first)  # TensorRT-LLM's C++ engines: graphs as before
     step = build_step_model(plan, efficiency=eff)
+    if isinstance(step, RooflineModel) and not setup.closed_form and release != "trtllm-cpp":
+        step.graphs = run_graphs(setup, plan)
     if setup.closed_form:
         rates = steady_state_throughput(
             plan, step, first.input_len or 1, first.output_len or 1, first.num_requests or 1000
