@@ -192,8 +192,18 @@ def _workload(n: int, max_input: int, max_output: int, rate: float, seed: int) -
     )
 
 
-def _run(wl: Workload, *, exact: bool, blocks: int, budget: int, seqs: int, block: int,
-         concurrency: int | None) -> SimulationResult:  # fmt: skip
+def _run(
+    wl: Workload,
+    *,
+    exact: bool,
+    blocks: int,
+    budget: int,
+    seqs: int,
+    block: int,
+    concurrency: int | None,
+    policy: str = "fcfs",
+    dp: int = 1,
+) -> SimulationResult:
     longest = int((wl.input_tokens + wl.output_tokens).max())
     cfg = SimulationConfig(
         SchedulerConfig(
@@ -204,6 +214,8 @@ def _run(wl: Workload, *, exact: bool, blocks: int, budget: int, seqs: int, bloc
             scheduler="sglang",
         ),
         longest,
+        data_parallel_size=dp,
+        scheduling_policy=policy,
         max_concurrency=concurrency,
         exact=exact,
     )
@@ -222,15 +234,19 @@ def _run(wl: Workload, *, exact: bool, blocks: int, budget: int, seqs: int, bloc
     seqs=st.sampled_from([3, 64]),
     block=st.sampled_from([1, 1, 16]),
     concurrency=st.sampled_from([None, 4]),
+    policy=st.sampled_from(["fcfs", "fcfs", "spf"]),
+    dp=st.sampled_from([1, 1, 2]),
 )
 def test_fast_mode_equals_exact_mode_and_invariants_hold(
     n: int, max_input: int, max_output: int, rate: float, seed: int, blocks: int, budget: int,
-    seqs: int, block: int, concurrency: int | None,
+    seqs: int, block: int, concurrency: int | None, policy: str, dp: int,
 ) -> None:  # fmt: skip
     wl = _workload(n, max_input, max_output, rate, seed)
-    kw = {"blocks": blocks, "budget": budget, "seqs": seqs, "block": block}
-    fast = _run(wl, exact=False, concurrency=concurrency, **kw)
-    exact = _run(wl, exact=True, concurrency=concurrency, **kw)
+    fast, exact = (
+        _run(wl, exact=mode, blocks=blocks, budget=budget, seqs=seqs, block=block,
+             concurrency=concurrency, policy=policy, dp=dp)
+        for mode in (False, True)
+    )  # fmt: skip
     f, e = fast.records, exact.records
     assert fast.num_steps == exact.num_steps
     np.testing.assert_array_equal(f.status, e.status)
