@@ -52,12 +52,14 @@ class SglangScheduler(Scheduler):
     vector_step = False  # prefill and decode never share a step
     pops_last_admitted = False  # retraction picks its own victims
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.ratio_base = INIT_NEW_TOKEN_RATIO
-        self.ratio_steps = 0  # decode steps without retraction since ``ratio_base`` was set
-        self.queue_was_empty = True  # at the last step: the engine goes idle after it
-        self.retracted = False
+    # Per-instance state with immutable class defaults (each instance's first assignment makes
+    # its own copy, as PrefillFirstScheduler.decode_phase): the ratio is ``ratio_base`` decayed
+    # over ``ratio_steps`` decode steps without retraction; whether the queue was empty at the
+    # last step (the engine goes idle after it); whether this step retracted.
+    ratio_base = INIT_NEW_TOKEN_RATIO
+    ratio_steps = 0
+    queue_was_empty = True
+    retracted = False
 
     def ratio_after(self, steps: int | np.ndarray) -> float | np.ndarray:
         """The new-token ratio after ``steps`` more decode steps without a retraction (one
