@@ -163,6 +163,8 @@ SCENARIOS = {
     },
     "priority": {"num_blocks": 150, "scheduling_policy": "priority"},
     "spf-max-concurrency": {"num_blocks": 150, "scheduling_policy": "spf", "max_concurrency": 8},
+    "sglang": {"num_blocks": 50_000, "scheduler": "sglang"},
+    "sglang-small-pool": {"num_blocks": 120, "scheduler": "sglang"},
 }
 
 

@@ -45,7 +45,7 @@ def test_the_bundled_example_is_accepted_with_defaults() -> None:
         (GOOD + "daily_profile: [1, 2]\n", ":10: daily_profile: List should have at least 24"),
         (GOOD.replace("h100", "h1000"), ":9: hardware[0].gpu: unknown GPU"),
         (GOOD + "quantization: [fp7]\n", ":10: quantization[0]: unknown format 'fp7'"),
-        (GOOD + "engines: [sglang]\n", ":10: engines[0]: engine 'sglang'"),
+        (GOOD + "engines: [tgi]\n", ":10: engines[0]: engine 'tgi'"),
         (GOOD.replace("    input_len: {mean: 300, sigma: 0.5, max: 1000}\n", ""), "give input_len"),
         (GOOD + "search: {router: random}\n", "search.router: unknown router"),
         ("- just a list\n", "expected a YAML mapping"),

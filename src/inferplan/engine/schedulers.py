@@ -72,6 +72,7 @@ class Scheduler:
     counts_idle_slots = False  # static batching: slots of finished batch members stay idle
     vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
     admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
+    pops_last_admitted = True  # preemption victims: the last admitted (the vector step's order)
 
     def __init__(
         self,
@@ -437,3 +438,9 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "trtllm": TrtllmScheduler,
     "prefill_first": PrefillFirstScheduler,
 }
+
+# SGLang's scheduler lives in its own file and subclasses ``Scheduler`` above; the package's
+# ``__init__`` imports this module first, so the import below never runs half-initialised.
+from inferplan.engine.sglang import SglangScheduler  # noqa: E402
+
+SCHEDULERS["sglang"] = SglangScheduler

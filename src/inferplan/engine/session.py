@@ -20,7 +20,7 @@ from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
 SCHEDULERS = ("continuous", "static", "prefill-first")
-ENGINE_SCHEDULERS = {"vllm": "continuous", "trtllm": "trtllm"}  # SGLang's is not emulated yet
+ENGINE_SCHEDULERS = {"vllm": "continuous", "trtllm": "trtllm", "sglang": "sglang"}
 PREEMPTION_MODES = ("recompute", "swap")
 
 

@@ -248,7 +248,7 @@ class Simulation:
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
-        chain = self.cfg.scheduling_policy != "priority"
+        chain = self.cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
         # Admission policies and SPF aging: their scheduler pass and timers, step by step.
         adm = self.cfg.admission
         chain = chain and (adm is None or (not adm.is_active and adm.spf_aging_s is None))

@@ -27,6 +27,7 @@ import numpy as np
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
+from inferplan.perf.cudagraph import CudaGraphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, rank_table
 from inferplan.perf.op import Op
@@ -74,6 +75,9 @@ class RooflineModel:
         self.topology = topology or topology_for(gpu)
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
         self.cuda_graphs = cuda_graphs
+        # An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
+        # eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding.
+        self.graphs: CudaGraphs | None = None
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()
@@ -215,7 +219,7 @@ class RooflineModel:
         routed experts see every rank's tokens, spread over all ``ep`` ranks."""
         m = self._microbatches(batch)
         dpa = self.par.attention_dp
-        tokens = batch.num_tokens / m
+        tokens = self._graph_rows(batch) / m
         local = tokens / dpa
         ops: list[Op] = []
         comm = 0.0
@@ -438,6 +442,16 @@ class RooflineModel:
         )
         return op, float(self.expert_table(ffn).hit_probability.max())
 
+    def _graph_rows(self, batch: StepBatch) -> int:
+        """Token rows the step's GEMMs run: a pure decode replaying a captured graph runs its
+        padded size (the padding reads no KV: attention keeps the real rows)."""
+        if self.graphs is None or not self.cuda_graphs or batch.prefill_tokens:
+            return batch.num_tokens
+        if self.par.attention_dp > 1:
+            return batch.num_tokens
+        padded = self.graphs.graph_batch(batch.num_decode_seqs)
+        return batch.num_tokens if padded is None else padded
+
     def _overhead(self, batch: StepBatch) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
@@ -449,6 +463,8 @@ class RooflineModel:
             or batch.prefill_tokens > 0
             or batch.num_decode_seqs / dpa > CUDA_GRAPH_MAX_BATCH
         )
+        if self.graphs is not None and self.cuda_graphs and not batch.prefill_tokens:
+            eager = self.graphs.graph_batch(batch.num_decode_seqs // dpa) is None
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
         return overhead / self._pipeline_factor(batch)

@@ -13,8 +13,8 @@ with its engine's memory rule and limits, and one of two predictions:
   step-time model the simulator uses; the run costs a few step evaluations, not a simulation.
 - **Simulation**, for everything with latencies, arrivals or varying lengths (``vllm bench
   serve`` runs, online serving tables): the event-driven engine with the engine's scheduler
-  (SGLang's scheduling is not emulated yet: its runs use vLLM's continuous batching with SGLang's
-  memory rule, and the assumption is listed).
+  (vLLM v1, TensorRT-LLM, SGLang's ``engine/sglang.py``) and, for vLLM and SGLang, the host
+  costs fitted to their latency rows (``perf/engine_overheads.py``).
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
@@ -37,9 +37,12 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
+from inferplan.perf.engine_overheads import with_engine_overheads
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -48,7 +51,11 @@ from inferplan.plan.published import (
     skip_reason,
 )
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import engine_defaults, sglang_mem_fraction_static
+from inferplan.specs.engines import (
+    engine_defaults,
+    sglang_cuda_graph_max_bs,
+    sglang_mem_fraction_static,
+)
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.params import count_params
@@ -86,7 +93,9 @@ def row_efficiency(row: PublishedRow, family: Efficiency) -> Efficiency:
     """``family`` with the row's engine-release host costs, where they were fitted."""
     release = engine_release(row)
     costs = release_cpu_costs().get(release, {}) if release else {}
-    return replace(family, **costs) if costs else family
+    if not costs:  # vLLM and SGLang: their latency-fitted host costs (perf/engine_overheads.py)
+        return with_engine_overheads(family, row.engine, row.engine_version)
+    return replace(family, **costs)
 
 
 @dataclass(frozen=True)
@@ -199,6 +208,13 @@ def run_setup(row: PublishedRow) -> RunSetup:
     return RunSetup(model, gpu.key, engine, par, memory, closed_form)
 
 
+def run_graphs(setup: RunSetup, plan: MemoryPlan) -> CudaGraphs:
+    """The run's engine's default decode CUDA graphs (``perf/cudagraph.py``)."""
+    cfg = plan.config
+    max_bs = sglang_cuda_graph_max_bs(plan.gpu, setup.par.tp)
+    return engine_graphs(setup.engine, cfg.max_num_seqs, cfg.max_num_batched_tokens, max_bs)
+
+
 @cache
 def memory_plan(setup: RunSetup) -> MemoryPlan:
     return plan_memory(load_model(setup.model), load_gpu(setup.gpu), setup.par, setup.memory)
@@ -288,7 +304,10 @@ def predict_run(
     setup = run_setup(first)
     plan = memory_plan(setup)
     eff = efficiency or row_efficiency(first, efficiency_for(plan.gpu))
+    release = engine_release(first)  # TensorRT-LLM's C++ engines: graphs as before
     step = build_step_model(plan, efficiency=eff)
+    if isinstance(step, RooflineModel) and not setup.closed_form and release != "trtllm-cpp":
+        step.graphs = run_graphs(setup, plan)
     if setup.closed_form:
         rates = steady_state_throughput(
             plan, step, first.input_len or 1, first.output_len or 1, first.num_requests or 1000
@@ -303,7 +322,7 @@ def predict_run(
         }
     else:
         options = ServingOptions(
-            engine=setup.engine if setup.engine != "sglang" else "vllm",
+            engine=setup.engine,
             max_concurrency=first.max_concurrency,
             data_parallel_size=setup.par.num_replicas,
         )

@@ -32,6 +32,18 @@ class EngineDefaults:
     gpu_memory_utilization: float
 
 
+def sglang_cuda_graph_max_bs(gpu: GpuSpec, tp: int) -> int:
+    """SGLang 0.5.4's default ``cuda_graph_max_bs`` on parts above 35 GiB (``server_args.py``
+    ``_handle_gpu_memory_settings``): 32/160 below 60 GiB, 256/512 below 160 GiB (TP < 4 /
+    TP >= 4), 512 above."""
+    gib = gpu.memory_bytes / GIB
+    if gib < 60:
+        return 32 if tp < 4 else 160
+    if gib < 160:
+        return 256 if tp < 4 else 512
+    return 512
+
+
 def sglang_mem_fraction_static(gpu: GpuSpec, tp: int, pp: int = 1) -> float:
     """SGLang 0.5.4's default ``mem_fraction_static`` (``server_args.py``
     ``_handle_gpu_memory_settings``): ``round((M - R) / M, 3)`` with ``M`` the device's MiB and
@@ -41,12 +53,7 @@ def sglang_mem_fraction_static(gpu: GpuSpec, tp: int, pp: int = 1) -> float:
     memory_mib = reported / 2**20  # SGLang reads nvidia-smi's total
     gib = gpu.memory_bytes / GIB
     chunk = engine_defaults("sglang", gpu).max_num_batched_tokens
-    if gib < 60:
-        graph_bs = 32 if tp < 4 else 160
-    elif gib < 160:
-        graph_bs = 256 if tp < 4 else 512
-    else:
-        graph_bs = 512
+    graph_bs = sglang_cuda_graph_max_bs(gpu, tp)
     reserve = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * tp * pp / 8
     if gib > 60:
         reserve = max(reserve, 10240)

@@ -1,0 +1,234 @@
+"""SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction.
+
+Emulates SGLang 0.5.4 (``sglang/srt/managers/scheduler.py``, ``schedule_policy.py``
+``PrefillAdder``, ``schedule_batch.py`` ``retract_decode``; ``../shared/notes/engines.md`` sec. 2):
+
+- **Prefill first, mixed chunk off (its default).** When a prefill (extend) batch can be formed
+  it runs alone and the running decodes wait that step. The unfinished chunked request goes
+  first and takes ``min(remaining prompt, chunked_prefill_size)``; then waiting requests in
+  FCFS order take what is left of the chunk budget (``max_num_batched_tokens`` here, set to
+  ``chunked_prefill_size``); the first that does not fit whole is cut to the rest and becomes
+  the next chunked request, so only one request is chunked at a time. ``max_prefill_tokens``
+  (16384) is above every default chunk size and not modelled.
+- **Admission by new-token ratio.** With ``clip(x) = min(x, 4096)``, a waiting request is
+  admitted only if ``prompt_left + clip(max_new - generated) < rem_total`` where ``rem_total =
+  free tokens - ratio * sum_running clip(max_new - generated) - sum_admitted_this_round
+  (prompt_left + clip(max_new))``: new requests reserve their whole (clipped) output, running
+  ones a decaying share of theirs. The ratio starts at 0.7, falls by ``(0.7 - 0.098) / 600``
+  after every decode step without a retraction down to 0.098, and is reset to 0.7 when the
+  engine goes idle. ``max_new`` is the request's output length (``max_tokens``, EOS ignored).
+- **Decode.** Every running request decodes one token; KV is paged per token (page size 1).
+- **Retraction** when a decode step lacks slots: running requests retract fewest-generated
+  first (ties: longest prompt) until the rest fit; each frees its KV and joins the *tail* of
+  the queue, to re-prefill prompt + generated tokens later. The ratio is then re-estimated as
+  ``min(1, (sum generated + 20 n) / (sum max_new + 1))`` over the ``n`` requests left.
+
+Not emulated: the radix cache (the published workloads have no shared prefixes, and prompts
+are matched only on full prefixes), the overlap scheduler's one-step lag (its effect on time
+is in the fitted host costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and the
+LPM policy. The ratio is kept as ``(base, decode steps since base)`` so that a closed-form
+stretch of ``k`` decode steps and ``k`` exact steps reach the same value bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from inferplan.engine.schedulers import Scheduler, StepDecision
+
+CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
+INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # decay steps 600
+RETRACT_DECODE_STEPS = 20  # global_config.retract_decode_steps
+SCAN_STEPS = 256  # decode steps a stretch looks ahead for the next admission
+
+
+class SglangScheduler(Scheduler):
+    """SGLang 0.5.4's scheduler (see the module docstring)."""
+
+    vector_step = False  # prefill and decode never share a step
+    pops_last_admitted = False  # retraction picks its own victims
+
+    # Per-instance state with immutable class defaults (each instance's first assignment makes
+    # its own copy, as PrefillFirstScheduler.decode_phase): the ratio is ``ratio_base`` decayed
+    # over ``ratio_steps`` decode steps without retraction; whether the queue was empty at the
+    # last step (the engine goes idle after it); whether this step retracted.
+    ratio_base = INIT_NEW_TOKEN_RATIO
+    ratio_steps = 0
+    queue_was_empty = True
+    retracted = False
+
+    def ratio_after(self, steps: int | np.ndarray) -> float | np.ndarray:
+        """The new-token ratio after ``steps`` more decode steps without a retraction (one
+        formula for exact steps and stretches, so both reach the same float)."""
+        decayed = self.ratio_base - (self.ratio_steps + steps) * NEW_TOKEN_RATIO_DECAY
+        return np.maximum(decayed, MIN_NEW_TOKEN_RATIO)
+
+    # ---- the verb -----------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepDecision:
+        if not len(self.running) and self.queue_was_empty:  # idle since the last step: reset
+            self.ratio_base, self.ratio_steps = INIT_NEW_TOKEN_RATIO, 0
+        self.queue_was_empty = not len(self.waiting)
+        self.retracted = False
+        prefill = self._prefill_step(now)
+        if prefill is not None:
+            return prefill
+        return self._decode_step()
+
+    def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
+        self.queue_was_empty = not len(self.waiting)
+        if not prefill_only and not self.retracted:
+            self.ratio_steps += num_steps
+        self.retracted = False
+
+    # ---- prefill ------------------------------------------------------------------------------
+
+    def _prefill_step(self, now: float) -> StepDecision | None:
+        """The chunked request's next chunk and the admissions behind it, or None."""
+        run, budget = self.running, self.cfg.max_num_batched_tokens
+        sched = np.zeros(len(run), dtype=np.int64)
+        decoding = (run.num_tokens - run.num_computed == 1) & (run.num_generated > 0)
+        pending = np.flatnonzero(~decoding)
+        for row in pending:  # at most one: the chunked request
+            sched[row] = min(int(run.num_tokens[row] - run.num_computed[row]), budget)
+            budget -= int(sched[row])
+        if len(pending):
+            new_blocks = self.pool.blocks_for(run.num_computed + sched) - run.held_blocks
+            grow = np.maximum(new_blocks, 0)
+            self.pool.free -= int(grow.sum())
+            run.held_blocks = run.held_blocks + grow
+        admitted = [int(t) for t in sched]
+        self.admit_waiting(budget, admitted, now)
+        if not any(admitted):
+            return None
+        return StepDecision(np.array(admitted, dtype=np.int64), prefill_only=True)
+
+    def free_tokens(self, free_blocks: int | np.ndarray) -> int | np.ndarray:
+        """Tokens ``free_blocks`` pool blocks hold (SGLang counts tokens; its page is 1 token
+        by default; a block of a pool with sliding-window groups costs more than one)."""
+        return free_blocks // self.pool.blocks_for_one(self.pool.block_size) * self.pool.block_size
+
+    def _rem_total(self, free: int, generated: np.ndarray, steps: int = 0) -> int:
+        """The largest token count strictly below ``rem_total`` for the running requests with
+        ``generated`` tokens, ``free`` pool blocks free and the ratio ``steps`` decode steps
+        on: a need ``x`` is admitted iff ``x <= _rem_total(...)`` (``x < rem_total``)."""
+        left = np.minimum(np.maximum(self.running.target - generated, 0), CLIP_MAX_NEW_TOKENS)
+        rem = float(self.free_tokens(free)) - float(self.ratio_after(steps)) * float(left.sum())
+        return math.ceil(rem) - 1
+
+    def available_blocks(self, *, after_decode_step: bool = False) -> int:
+        """Free tokens less the running requests' ratio-weighted reservation (in tokens, as
+        the admission test reads it)."""
+        run = self.running
+        if not after_decode_step:
+            return self._rem_total(self.pool.free, run.num_generated)
+        free = self.pool.free - int(self.pool.crossing_cost(run.num_computed).sum())
+        return self._rem_total(free, run.num_generated + 1, 1)
+
+    def _need(self) -> tuple[int, int]:
+        """The queue head's tokens to compute and the tokens it reserves in all."""
+        rid, tokens = self.waiting.peek()
+        generated = int(tokens - self.prompt_tokens[rid])
+        output = min(int(self.target_tokens[rid]) - generated, CLIP_MAX_NEW_TOKENS)
+        return tokens, tokens + output
+
+    def head_chunk(self, budget: int, available: int) -> int | None:
+        """SGLang's ``add_one_req``: the head's whole remaining prompt plus its clipped output
+        must be below ``rem_total``; its first chunk is what the budget leaves."""
+        tokens, need = self._need()
+        if need > available or budget <= 0:
+            return None
+        return min(tokens, budget)
+
+    def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
+        """FCFS admissions while the chunk budget lasts; each admitted request reserves its
+        whole prompt and clipped output for the rest of the round; a cut request ends it."""
+        run = self.running
+        base = self.available_blocks()  # the running requests' reservation, before any joins
+        reserved = 0
+        while len(self.waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
+            chunk = self.head_chunk(budget, base - reserved)
+            if chunk is None:
+                break
+            tokens, need = self._need()
+            rid = self.waiting.pop()
+            reserved += need
+            held = self.pool.blocks_for_one(chunk)
+            self.pool.free -= held
+            if math.isnan(self.records.first_scheduled_s[rid]):
+                self.records.first_scheduled_s[rid] = now
+            generated = int(tokens - self.prompt_tokens[rid])
+            run.append(rid, 0, tokens, generated, int(self.target_tokens[rid]), held, now)
+            sched.append(chunk)
+            budget -= chunk
+            if chunk < tokens:
+                break  # the chunked request: one at a time
+
+    def head_can_join(self) -> bool:
+        """Whether the next step is a prefill: the queue head passes admission now (the
+        stretch runs only while it does not, and stops where it would)."""
+        if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
+            return False
+        return self.head_chunk(self.cfg.max_num_batched_tokens, self.available_blocks()) is not None
+
+    def steps_to_scheduling_point(self) -> int | None:
+        """Decode steps until the queue head passes admission as the reservations and the
+        ratio shrink and the pool fills, at most ``SCAN_STEPS`` (None: nothing waits or the
+        batch is full); the stretch stops there, where SGLang's next step is a prefill."""
+        run = self.running
+        if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
+            return None
+        _, need = self._need()
+        horizon = min(int((run.target - run.num_generated).min()), SCAN_STEPS)
+        steps = np.arange(1, horizon + 1)
+        grown = self.pool.blocks_for(run.num_computed[None, :] + steps[:, None])
+        free = self.pool.free - (grown - run.held_blocks[None, :]).sum(axis=1)
+        generated = run.num_generated[None, :] + steps[:, None]
+        left = np.minimum(np.maximum(run.target[None, :] - generated, 0), CLIP_MAX_NEW_TOKENS)
+        rem = self.free_tokens(free) - self.ratio_after(steps) * left.sum(axis=1).astype(float)
+        fits = np.flatnonzero(need <= np.ceil(rem) - 1)
+        return int(steps[fits[0]]) if len(fits) else horizon
+
+    # ---- decode and retraction -----------------------------------------------------------------
+
+    def _decode_step(self) -> StepDecision:
+        run, pool = self.running, self.pool
+        need = pool.crossing_cost(run.num_computed)
+        while int(need.sum()) > pool.free and len(run):
+            self.preempt(self.victim_row())
+            need = pool.crossing_cost(run.num_computed)
+            self.retracted = True
+        if self.retracted:
+            self._reestimate_ratio()
+        pool.free -= int(need.sum())
+        run.held_blocks = run.held_blocks + need
+        return StepDecision(np.ones(len(run), dtype=np.int64), preempted=self.retracted)
+
+    def victim_row(self) -> int:
+        """Fewest generated tokens first, ties to the longest prompt (``retract_decode``), then
+        the latest admitted."""
+        run = self.running
+        prompt = self.prompt_tokens[run.ids]
+        order = np.lexsort((-np.arange(len(run)), -prompt, run.num_generated))
+        return int(order[0])
+
+    def preempt(self, row: int) -> float:
+        """Retract: free the request's KV and append it to the queue's tail."""
+        rid, computed, tokens, held = self.running.pop(row)
+        self.release_blocks(rid, held)
+        self.records.num_preemptions[rid] += 1
+        self.records.recomputed_tokens[rid] += computed
+        self.waiting.push(rid, num_tokens=tokens)
+        return 0.0
+
+    def _reestimate_ratio(self) -> None:
+        run = self.running
+        total_max_new = float(run.target.sum())
+        estimate = (float(run.num_generated.sum()) + RETRACT_DECODE_STEPS * len(run)) / (
+            total_max_new + 1
+        )
+        self.ratio_base, self.ratio_steps = min(1.0, estimate), 0
