@@ -165,3 +165,18 @@ def test_a_fitted_family_file_reproduces_its_in_sample_error() -> None:
     errors = [abs(r.error) for r in validate_rows(rows) if r.error is not None]
     assert len(errors) == int(written.group(2))
     assert f"{statistics.median(errors):.4f}" == written.group(1)
+
+
+def test_a_stated_kv_dtype_wins_over_the_modelopt_default() -> None:
+    """TensorRT-LLM's perf overview runs gpt-oss on Hopper with ``kv_cache_config.dtype:
+    auto`` (BF16) although the column says FP8: the row's stated ``auto`` is kept, and only
+    rows that state nothing get the ModelOpt FP8 KV default."""
+    rows = bundled_published()
+    hopper_oss = next(
+        r for r in rows if r.model == "openai/gpt-oss-20b" and r.gpu == "h100_sxm_80gb"
+    )
+    assert hopper_oss.weights_dtype == "fp8" and hopper_oss.kv_cache_dtype == "auto"
+    assert run_setup(hopper_oss).memory.kv_cache_dtype == "auto"
+    unstated = next(r for r in rows if r.case_id.startswith("trt10") and r.weights_dtype == "fp8")
+    assert not unstated.kv_cache_dtype
+    assert run_setup(unstated).memory.kv_cache_dtype == "fp8"

@@ -145,8 +145,10 @@ def _parallelism(row: PublishedRow) -> Parallelism:
 
 
 def _kv_dtype(row: PublishedRow) -> str:
-    if row.kv_cache_dtype == "fp8":
-        return "fp8"
+    """The row's KV dtype where stated (gpt-oss on Hopper: ``auto``, BF16, as TensorRT-LLM's
+    perf overview configures it), else TensorRT-LLM's ModelOpt default."""
+    if row.kv_cache_dtype in ("fp8", "auto"):
+        return row.kv_cache_dtype
     if row.engine == "tensorrt-llm" and row.weights_dtype in ("fp8", "nvfp4"):
         return "fp8"  # ModelOpt checkpoints declare FP8 KV; TensorRT-LLM follows them
     return "auto"
