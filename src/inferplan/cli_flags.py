@@ -190,7 +190,7 @@ class DeploymentFlags:
     ) -> StepTimeModel:
         """The roofline with ``--calibration``'s constants, backed by ``--operator-table``;
         MoE routing from ``--expert-routing`` (or ``--moe-skew``), mixed by traffic class."""
-        moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind != "dense"), None)
+        moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind == "moe"), None)
         routing = parse_routing(
             self.expert_routing,
             moe_skew=moe_skew,

@@ -125,3 +125,25 @@ def test_request_that_can_never_fit_is_rejected() -> None:
     res = Simulation(wl, SimulationConfig(sched, max_model_len=4096), build_step_model(plan)).run()
     completed, rejected = int(RequestStatus.COMPLETED), int(RequestStatus.REJECTED)
     assert res.records.status.tolist() == [completed, rejected, completed]
+
+
+def test_a_mamba_state_is_one_fixed_page_set_per_sequence() -> None:
+    """Nemotron-3-Nano on one H100: 6 attention layers of 2 KV heads x 128 (3,072 values a
+    token, one group) and 23 Mamba-2 states of (4,096 + 2,048) x 3 bf16 conv values plus
+    64 x 64 x 128 fp32 SSM values. A sequence holds ceil(state / block bytes) pool blocks from
+    its first token, however long it grows; its KV blocks grow as usual."""
+    plan = _plan("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    layout = pool_layout(plan)
+    block_bytes = 3072 * 2 * 16
+    state = 23 * (6144 * 3 * 2 + 64 * 64 * 128 * 4)
+    assert layout.block_bytes == block_bytes
+    assert layout.groups == (KvGroup(1), KvGroup(-(-state // block_bytes), max_blocks=1))
+    pool = BlockPool(layout.num_blocks, plan.config.block_size, layout.groups)
+    state_blocks = layout.groups[1].cost
+    for tokens in (1, 16, 17, 5000):
+        assert pool.blocks_for_one(tokens) == state_blocks + -(-tokens // 16)
+    assert pool.crossing_cost(np.array([0, 16, 5])).tolist() == [state_blocks + 1, 1, 0]
+    # The memory plan's concurrency counts the same state: the pool admits no more.
+    seqs = plan.max_concurrent_seqs[1024]
+    assert seqs * pool.blocks_for_one(1024) <= layout.num_blocks
+    assert (seqs + 2) * pool.blocks_for_one(1024) > layout.num_blocks

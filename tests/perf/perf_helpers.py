@@ -29,7 +29,7 @@ from inferplan.specs.parallel import Parallelism
 # One of each architecture the model distinguishes: dense GQA (8B, 70B), MoE (Qwen3-30B-A3B),
 # MLA + MoE with shared experts and dense-first layers (DeepSeek-V3), sliding-window MoE with
 # mxfp4 experts (gpt-oss-120b), sliding/global interleave (gemma-3), hybrid linear attention
-# (Qwen3-Next).
+# (Qwen3-Next), Mamba-2 + attention + MoE blocks of one sublayer each (Nemotron-H).
 MODELS = (
     "Llama-3.1-8B",
     "Llama-3.1-70B",
@@ -38,6 +38,7 @@ MODELS = (
     "gpt-oss-120b",
     "gemma-3-27b-it",
     "Qwen3-Next-80B-A3B-Thinking",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
 )
 GPUS = ("h100", "h200", "b200", "mi300x", "a100")
 LINE_RTOL = 1e-9  # decode_line vs step_time: exact up to float rounding

@@ -165,3 +165,37 @@ def test_a_fitted_family_file_reproduces_its_in_sample_error() -> None:
     errors = [abs(r.error) for r in validate_rows(rows) if r.error is not None]
     assert len(errors) == int(written.group(2))
     assert f"{statistics.median(errors):.4f}" == written.group(1)
+
+
+def test_a_stated_kv_dtype_wins_over_the_modelopt_default() -> None:
+    """TensorRT-LLM's perf overview runs gpt-oss on Hopper with ``kv_cache_config.dtype:
+    auto`` (BF16) although the column says FP8: the row's stated ``auto`` is kept, and only
+    rows that state nothing get the ModelOpt FP8 KV default."""
+    rows = bundled_published()
+    hopper_oss = next(
+        r for r in rows if r.model == "openai/gpt-oss-20b" and r.gpu == "h100_sxm_80gb"
+    )
+    assert hopper_oss.weights_dtype == "fp8" and hopper_oss.kv_cache_dtype == "auto"
+    assert run_setup(hopper_oss).memory.kv_cache_dtype == "auto"
+    unstated = next(r for r in rows if r.case_id.startswith("trt10") and r.weights_dtype == "fp8")
+    assert not unstated.kv_cache_dtype
+    assert run_setup(unstated).memory.kv_cache_dtype == "fp8"
+
+
+def test_trtllm_mistral_runs_ignore_the_sliding_window() -> None:
+    """TensorRT-LLM did not apply Mistral's 4,096-token window in these releases (engine flow:
+    only through the runtime max_attention_window; PyTorch backend: from PR #12597): its rows
+    plan full attention, so a 20,000-token context reads and holds all of it."""
+    from inferplan.plan.published_runs import memory_plan
+
+    row = next(
+        r
+        for r in bundled_published()
+        if r.model == "mistralai/Mistral-7B-v0.1" and r.engine == "tensorrt-llm"
+    )
+    setup = run_setup(row)
+    assert setup.full_attention
+    assert all(g.attention.window_tokens is None for g in memory_plan(setup).spec.layers)
+    assert load_model("Mistral-7B-v0.1").layers[0].attention.window_tokens == 4096
+    llama = next(r for r in bundled_published() if "Llama-3.1-8B" in r.model)
+    assert not run_setup(llama).full_attention

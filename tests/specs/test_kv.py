@@ -40,6 +40,7 @@ KV_VALUES_PER_TOKEN = {
     "Mixtral-8x22B-v0.1": 2 * 8 * 128 * 56,
     "Llama-4-Scout-17B-16E-Instruct": 2 * 8 * 128 * 48,  # chunked-attention layers counted full
     "Qwen3-VL-30B-A3B": 2 * 4 * 128 * 48,
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 2 * 2 * 128 * 6,  # only the 6 attention layers
 }
 
 

@@ -40,6 +40,8 @@ README_TOTALS = {
     "Mixtral-8x22B-v0.1": 140_620_634_112,
     "Llama-4-Scout-17B-16E-Instruct": 107_769_861_120,
     "Qwen3-VL-30B-A3B": 30_532_122_624,
+    # Nemotron-H, built layer by layer in tests/specs/test_hybrid.py (NVIDIA: 31.6B).
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 31_577_940_288,
 }
 
 # README "computed active" column (embedding included); dense models: active == total.
@@ -57,6 +59,7 @@ README_ACTIVE = {
     "Qwen3-VL-30B-A3B": 3.35e9,
     "gpt-oss-120b": 5.71e9,
     "gpt-oss-20b": 4.19e9,
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 3_580_076_352,  # NVIDIA: 3.6B with embeddings
 }
 # gpt-oss's published 5.1B / 3.6B leave the input embedding out (README verdict column).
 README_ACTIVE_COMPUTE = {"gpt-oss-120b": 5.13e9, "gpt-oss-20b": 3.61e9}

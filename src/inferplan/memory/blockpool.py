@@ -13,10 +13,14 @@ costs ``KvGroup.cost`` pool blocks: for a model with full attention only that is
 every layer, exactly the memory plan's ``num_blocks``. Sharing one pool by exact bytes, rather
 than in vLLM's equal-size layer groups (which pad the smaller kind), is a simplification.
 
+Linear-attention (Mamba-2, Gated DeltaNet) layers hold a fixed state per sequence, whatever its
+length: vLLM v1's hybrid allocator gives each running sequence one state page per such layer
+from the same pool. Here that is one more group of ``max_blocks=1``: from its first token a
+sequence holds ``ceil(state bytes / pool block bytes)`` pool blocks for its states, on top of
+its KV (the memory plan's ``num_blocks`` counts KV blocks only).
+
 Also not modelled: the blocks a prefill chunk longer than the window holds in a windowed layer
-during its own step (vLLM frees them at the next step), and linear-attention (Mamba-style)
-state, which is one fixed page per sequence and outside this pool, as in the memory plan's
-block count.
+during its own step (vLLM frees them at the next step).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import numpy.typing as npt
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.memory.prefixcache import PrefixCache
-from inferplan.specs.kv import kv_values_per_token
+from inferplan.specs.dtypes import weight_format
+from inferplan.specs.kv import kv_values_per_token, linear_state_bytes
 
 IntArray = npt.NDArray[np.int64]
 
@@ -74,6 +79,12 @@ def pool_layout(plan: MemoryPlan) -> PoolLayout:
             KvGroup(v // unit, None if w is None else -(-w // block_size) + 1)
             for w, v in sorted(values.items(), key=lambda item: (item[0] is not None, item[0]))
         )
+        state_bytes = sum(
+            linear_state_bytes(att, tp, weight_format(plan.spec.dtype).bytes_per_value) * count
+            for att, count in stage.layers
+        )
+        if state_bytes:  # one fixed state page set per sequence, from its first token
+            groups += (KvGroup(math.ceil(state_bytes / block_bytes), 1),)
         blocks = int(max(stage.kv_bytes, 0) // block_bytes)
         # The replica admits what its tightest stage holds: compare in full-sequence bytes.
         if best is None or blocks * block_bytes < best[0] * best[2]:

@@ -34,7 +34,7 @@ from inferplan.specs.hardware import GIB, GpuSpec
 from inferplan.specs.kv import kv_bytes_per_token, kv_values_per_token, sequence_kv_bytes
 from inferplan.specs.model import AttentionSpec, LayerGroup, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
-from inferplan.specs.params import ParamCounts, count_params
+from inferplan.specs.params import ParamCounts, count_params, ffn_matrices
 from inferplan.specs.topology import Topology, check_layout, topology_for
 
 RUNTIME_RESERVE_BYTES = 0.5 * GIB
@@ -148,10 +148,12 @@ def activation_peak_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) 
         att, ffn = group.attention, group.ffn
         qkv = (att.num_heads * att.head_dim + 2 * max(att.num_kv_heads, 1) * att.head_dim) / par.tp
         if ffn.kind == "dense":
-            mlp = 3 * ffn.intermediate_size / par.tp
-        else:
+            mlp = ffn_matrices(ffn) * ffn.intermediate_size / par.tp
+        else:  # MoE, or no FFN (no experts per token: 0)
             per_copy = (
-                3 * ffn.intermediate_size / (par.ep if par.enable_expert_parallel else par.tp)
+                ffn_matrices(ffn)
+                * ffn.intermediate_size
+                / (par.ep if par.enable_expert_parallel else par.tp)
             )
             mlp = ffn.num_experts_per_tok * (per_copy + hidden)
         widest = max(widest, int(qkv), int(mlp))
@@ -314,7 +316,7 @@ def check_sharding(spec: ModelSpec, par: Parallelism) -> None:
             )
     if par.enable_expert_parallel and not spec.is_moe:
         raise InferplanError(f"--enable-expert-parallel: {spec.name} has no experts")
-    moe = next((g.ffn for g in spec.layer_groups if g.ffn.kind != "dense"), None)
+    moe = next((g.ffn for g in spec.layer_groups if g.ffn.kind == "moe"), None)
     experts, redundant = (moe.num_experts if moe else 0), par.num_redundant_experts
     if redundant and (experts + redundant) % par.ep:
         raise InferplanError(

@@ -26,6 +26,7 @@ from inferplan.specs.params import (
     attention_norm_params,
     attention_params,
     expert_params,
+    ffn_matrices,
     vision_params,
 )
 
@@ -58,7 +59,7 @@ def _div(n: int, tp: int) -> int:
 
 def attention_rank_params(att: AttentionSpec, hidden: int, tp: int) -> tuple[int, int]:
     """(linear-weight params, other params) of one attention block on one TP rank."""
-    if att.kind == "linear":
+    if att.kind in ("linear", "none"):
         return _div(attention_params(att, hidden), tp), 0
     if att.kind == "mla":
         nope = att.head_dim - att.qk_rope_head_dim
@@ -90,9 +91,12 @@ def attention_rank_params(att: AttentionSpec, hidden: int, tp: int) -> tuple[int
 
 def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightFormats) -> float:
     """One FFN block's bytes on one rank."""
+    if ffn.kind == "none":
+        return 0.0
+    matrices = ffn_matrices(ffn)
     if ffn.kind == "dense":
-        return fmt.linear.bytes_for(_div(3 * hidden * ffn.intermediate_size, par.tp))
-    one = 3 * hidden * ffn.intermediate_size  # the matrices; biases stay in the model dtype
+        return fmt.linear.bytes_for(_div(matrices * hidden * ffn.intermediate_size, par.tp))
+    one = matrices * hidden * ffn.intermediate_size  # the matrices; biases stay in model dtype
     bias = expert_params(ffn, hidden) - one
     if par.enable_expert_parallel:
         slots = _div(ffn.num_experts + par.num_redundant_experts, par.ep)
@@ -101,7 +105,7 @@ def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightForma
     else:
         routed = _div(ffn.num_experts * one, par.tp)
         routed_bias = _div(ffn.num_experts * bias, par.tp)
-    shared = _div(3 * hidden * ffn.shared_intermediate_size, par.tp)
+    shared = _div(matrices * hidden * ffn.shared_intermediate_size, par.tp)
     router = (
         hidden * ffn.num_experts + ffn.router_bias_size + (hidden if ffn.has_shared_gate else 0)
     )

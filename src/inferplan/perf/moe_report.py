@@ -45,7 +45,7 @@ def expert_parallel_report(model: StepTimeModel, plan: MemoryPlan) -> dict[str, 
     par = plan.parallelism
     if roofline is None or not par.enable_expert_parallel:
         return None
-    moe_groups = [g for g in roofline.groups if g.ffn.kind != "dense"]
+    moe_groups = [g for g in roofline.groups if g.ffn.kind == "moe"]
     if not moe_groups:
         return None
     ffn = moe_groups[0].ffn

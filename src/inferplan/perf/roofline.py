@@ -33,10 +33,10 @@ from inferplan.perf.moe import RankTable, Routing, rank_table
 from inferplan.perf.op import Op
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
-from inferplan.specs.kv import kv_heads_per_rank, linear_state_values
+from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
 from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
-from inferplan.specs.params import expert_params
+from inferplan.specs.params import expert_params, ffn_matrices
 from inferplan.specs.topology import Topology, topology_for
 
 ACT_BYTES = 2.0  # bf16 activations
@@ -85,7 +85,7 @@ class RooflineModel:
         self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
         for group in self.groups:  # a placement that cannot exist fails here, not mid-run
-            if group.ffn.kind != "dense":
+            if group.ffn.kind == "moe":
                 self.expert_table(group.ffn)
 
     def _bottleneck_groups(self) -> tuple[_Group, ...]:
@@ -224,15 +224,22 @@ class RooflineModel:
         ops: list[Op] = []
         comm = 0.0
         for group in self.groups:
-            ops.append(
-                self._gemm(
-                    "attn_proj", group.attn_linear_params, local, self.formats.linear, group.count
+            if group.attention.kind != "none":
+                ops.append(
+                    self._gemm(
+                        "attn_proj",
+                        group.attn_linear_params,
+                        local,
+                        self.formats.linear,
+                        group.count,
+                    )
                 )
-            )
             ops.extend(self._attention(group, batch, m, dpa))
             ffn_ops, ffn_comm = self._ffn(group, tokens)
             ops.extend(ffn_ops)
-            comm += (ffn_comm + self._attn_allreduce(local)) * group.count
+            # A Nemotron-H block has a mixer or an FFN, not both: no all-reduce for the other.
+            mixer_comm = self._attn_allreduce(local) if group.attention.kind != "none" else 0.0
+            comm += (ffn_comm + mixer_comm) * group.count
             ops.append(
                 Op(
                     "elementwise",
@@ -263,6 +270,8 @@ class RooflineModel:
         """Attention on one device: its micro-batch's share of the batch (and, with DP
         attention, its rank's share); decode terms stay linear in the replica's context."""
         att, count = group.attention, group.count
+        if att.kind == "none":
+            return []
         compute = self.gpu.peak("bf16") * self.eff.attention_compute
         memory = self.bandwidth * self.eff.attention_memory
         kvb = self.kv.bytes_per_value
@@ -273,7 +282,9 @@ class RooflineModel:
         if att.kind == "linear":
             heads = att.linear_num_value_heads / tp
             per_token = 6 * heads * att.linear_key_head_dim * att.linear_value_head_dim
-            state = linear_state_values(att, tp) * ACT_BYTES
+            # Every step reads and writes each sequence's whole state (fp32 SSM state where
+            # the config asks for it).
+            state = linear_state_bytes(att, tp, ACT_BYTES)
             seqs = n + batch.num_prefill_seqs / share
             return [
                 Op(
@@ -355,14 +366,16 @@ class RooflineModel:
         ffn, count, hidden = group.ffn, group.count, self.spec.hidden_size
         local = tokens / self.par.attention_dp
         tp, act_bytes = self.par.tp, local * hidden * ACT_BYTES
+        if ffn.kind == "none":
+            return [], 0.0
         if ffn.kind == "dense":
-            params = 3 * hidden * ffn.intermediate_size / tp
+            params = ffn_matrices(ffn) * hidden * ffn.intermediate_size / tp
             return [self._gemm("mlp", params, local, self.formats.linear, count)], allreduce_s(
                 act_bytes, tp, self.gpu, self.eff, self.topology
             )
         ops = [self._gemm("router", hidden * ffn.num_experts, local, self.formats.other, count)]
         if ffn.shared_intermediate_size:
-            shared = 3 * hidden * ffn.shared_intermediate_size / tp
+            shared = ffn_matrices(ffn) * hidden * ffn.shared_intermediate_size / tp
             ops.append(self._gemm("shared_experts", shared, local, self.formats.linear, count))
         experts, hit = self._experts(ffn, tokens, count)
         ops.append(experts)

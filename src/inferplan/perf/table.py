@@ -178,10 +178,10 @@ class TableModel:
         for group in self.roofline.groups:
             att, ffn = group.attention, group.ffn
             runs = {
-                "attn_proj": True,
+                "attn_proj": att.kind != "none",
                 "elementwise": True,
-                "attn_prefill": att.kind != "linear",
-                "attn_decode": att.kind != "linear",
+                "attn_prefill": att.kind in ("gqa", "mla"),
+                "attn_decode": att.kind in ("gqa", "mla"),
                 "mlp": ffn.kind == "dense",
                 "router": ffn.kind == "moe",
                 "experts": ffn.kind == "moe",
@@ -199,7 +199,7 @@ class TableModel:
         dpa = self.roofline.par.attention_dp
         out: dict[str, float] = {}
         tokens = batch.num_tokens / m
-        moe = next((g.ffn for g in self.roofline.groups if g.ffn.kind != "dense"), None)
+        moe = next((g.ffn for g in self.roofline.groups if g.ffn.kind == "moe"), None)
         # Routing skew: the busiest rank does the work of a uniform step with more tokens.
         skew = self.roofline.expert_token_scale(moe) if moe is not None else 1.0
         for op in ("attn_proj", "mlp", "router", "shared_experts", "experts", "elementwise"):
@@ -231,7 +231,14 @@ class TableModel:
         m = roofline._microbatches(batch)
         local = batch.num_tokens / m / par.attention_dp
         count = sum(
-            g.count * (1 + (g.ffn.kind == "dense" or not par.enable_expert_parallel))
+            g.count
+            * (
+                (g.attention.kind != "none")
+                + (
+                    g.ffn.kind == "dense"
+                    or (g.ffn.kind == "moe" and not par.enable_expert_parallel)
+                )
+            )
             for g in roofline.groups
         )
         modelled = allreduce_s(

@@ -57,6 +57,7 @@ from inferplan.specs.engines import (
     sglang_mem_fraction_static,
 )
 from inferplan.specs.hardware import GIB, load_gpu
+from inferplan.specs.model import ModelSpec
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.params import count_params
 from inferplan.workload import synthetic
@@ -108,6 +109,15 @@ class RunSetup:
     par: Parallelism
     memory: MemoryConfig
     closed_form: bool
+    full_attention: bool = False  # the engine ignores the config's sliding window
+
+
+# Model families whose HF ``sliding_window`` TensorRT-LLM did not apply in the releases the
+# table covers: its engine flow applies windows only through the runtime
+# ``max_attention_window`` (NVIDIA/TensorRT-LLM issues #543, #1404), which ``trtllm-bench`` does
+# not set, and its PyTorch backend passed Mistral/Mixtral's window to the attention kernel only
+# from PR #12597 (merged 2026-03-30): before, full attention and a full-length KV cache.
+_TRTLLM_WINDOWLESS_FAMILIES = ("mistral", "mixtral")
 
 
 def _bytes_per_value(dtype: str) -> float:
@@ -154,8 +164,10 @@ def _parallelism(row: PublishedRow) -> Parallelism:
 
 
 def _kv_dtype(row: PublishedRow) -> str:
-    if row.kv_cache_dtype == "fp8":
-        return "fp8"
+    """The row's KV dtype where stated (gpt-oss on Hopper: ``auto``, BF16, as TensorRT-LLM's
+    perf overview configures it), else TensorRT-LLM's ModelOpt default."""
+    if row.kv_cache_dtype in ("fp8", "auto"):
+        return row.kv_cache_dtype
     if row.engine == "tensorrt-llm" and row.weights_dtype in ("fp8", "nvfp4"):
         return "fp8"  # ModelOpt checkpoints declare FP8 KV; TensorRT-LLM follows them
     return "auto"
@@ -205,7 +217,16 @@ def run_setup(row: PublishedRow) -> RunSetup:
     else:
         utilization = float(row.settings.get("gpu_memory_utilization", "0.9"))
         memory = replace(memory, gpu_memory_utilization=utilization)
-    return RunSetup(model, gpu.key, engine, par, memory, closed_form)
+    full = engine == "trtllm" and load_model(model).model_type in _TRTLLM_WINDOWLESS_FAMILIES
+    return RunSetup(model, gpu.key, engine, par, memory, closed_form, full)
+
+
+def _without_windows(spec: ModelSpec) -> ModelSpec:
+    layers = tuple(
+        replace(layer, attention=replace(layer.attention, window_tokens=None))
+        for layer in spec.layers
+    )
+    return replace(spec, layers=layers)
 
 
 def run_graphs(setup: RunSetup, plan: MemoryPlan) -> CudaGraphs:
@@ -217,7 +238,10 @@ def run_graphs(setup: RunSetup, plan: MemoryPlan) -> CudaGraphs:
 
 @cache
 def memory_plan(setup: RunSetup) -> MemoryPlan:
-    return plan_memory(load_model(setup.model), load_gpu(setup.gpu), setup.par, setup.memory)
+    spec = load_model(setup.model)
+    if setup.full_attention:
+        spec = _without_windows(spec)
+    return plan_memory(spec, load_gpu(setup.gpu), setup.par, setup.memory)
 
 
 def _prefill_batch(num: int, tokens: int, decodes: int, context: int) -> StepBatch:

@@ -43,6 +43,7 @@ BUNDLED_MODELS: dict[str, str] = {
     "gemma-3-27b-it": "google",
     "gpt-oss-20b": "openai",
     "gpt-oss-120b": "openai",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nvidia",
 }
 
 # Other published names of the same architectures (Meta renamed the 3.1 repos; Llama-3 and
@@ -57,6 +58,7 @@ _ALIASES: dict[str, str] = {
     "meta-llama-3-70b": "Llama-3.1-70B",
     "llama-3.3-70b": "Llama-3.1-70B",
     "llama-3.3-70b-instruct": "Llama-3.1-70B",
+    "nvidia-nemotron-3-nano-30b-a3b-fp8": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
 }
 
 

@@ -8,7 +8,10 @@
 - Linear-attention layers (Qwen3-Next Gated DeltaNet) hold a fixed state per sequence, not KV
   per token: the causal-conv state ``(2*Kd + Vd) * (conv_kernel - 1)`` plus the recurrent state
   ``num_value_heads * key_head_dim * value_head_dim``, kept in the model dtype (vLLM's default
-  ``mamba_ssm_cache_dtype=auto``), split across TP ranks by heads.
+  ``mamba_ssm_cache_dtype=auto``), split across TP ranks by heads. Nemotron-H's Mamba-2 mixers
+  read the same way (``specs/hybrid.py``); its config asks for an fp32 SSM state, which then
+  takes 4 bytes a value (the conv state stays in the model dtype).
+- Layers without a mixer (Nemotron-H MLP/MoE blocks) hold nothing.
 - Under TP a GQA layer's KV heads are split across ranks; when TP exceeds the KV heads, each rank
   keeps one head (replicated ``tp / num_kv_heads`` times), as vLLM does.
 """
@@ -25,7 +28,7 @@ def kv_heads_per_rank(att: AttentionSpec, tp: int) -> int:
 
 def kv_values_per_token(att: AttentionSpec, tp: int = 1) -> int:
     """KV values one token adds to one layer on one TP rank."""
-    if att.kind == "linear":
+    if att.kind in ("linear", "none"):
         return 0
     if att.kind == "mla":
         return att.kv_lora_rank + att.qk_rope_head_dim
@@ -41,6 +44,19 @@ def linear_state_values(att: AttentionSpec, tp: int = 1) -> int:
     conv = (2 * key_dim + value_dim) * (att.conv_kernel_size - 1)
     recurrent = att.linear_num_value_heads * att.linear_key_head_dim * att.linear_value_head_dim
     return (conv + recurrent) // tp
+
+
+def linear_state_bytes(att: AttentionSpec, tp: int, model_bytes_per_value: float) -> float:
+    """Bytes of one sequence's fixed state in one linear-attention layer on one TP rank."""
+    if att.kind != "linear":
+        return 0.0
+    total = linear_state_values(att, tp)
+    if not att.has_fp32_state:
+        return total * model_bytes_per_value
+    recurrent = (
+        att.linear_num_value_heads * att.linear_key_head_dim * att.linear_value_head_dim // tp
+    )
+    return (total - recurrent) * model_bytes_per_value + recurrent * 4.0
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv: NumberFormat, *, tp: int = 1) -> float:
@@ -65,7 +81,9 @@ def sequence_kv_bytes(
     total = 0.0
     for att, count in layers:
         if att.kind == "linear":
-            total += linear_state_values(att, tp) * state_bytes_per_value * count
+            total += linear_state_bytes(att, tp, state_bytes_per_value) * count
+            continue
+        if att.kind == "none":
             continue
         tokens = context_tokens
         if att.window_tokens is not None:

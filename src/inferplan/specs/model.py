@@ -9,10 +9,11 @@ The reading rules follow the Hugging Face modelling code of each family (``trans
 ``models/<family>/configuration_*.py``): which fields decide sliding windows (``layer_types``,
 Gemma-3's ``sliding_window_pattern``), hybrid layers (Qwen3-Next ``full_attention_interval``),
 dense-first MoE stacks (DeepSeek ``first_k_dense_replace``, Qwen3-MoE ``mlp_only_layers`` and
-``decoder_sparse_step``). Per-family extras (q/k norms, biases, attention sinks, gated queries)
-are switched by ``model_type``; everything else comes from the fields themselves, so an unknown
-family with the standard fields reads as a dense decoder, and one without them fails with an
-error naming the missing field.
+``decoder_sparse_step``), Nemotron-H blocks of one sublayer each (``hybrid_override_pattern``,
+``specs/hybrid.py``: a layer's absent half is kind ``none``). Per-family extras (q/k norms,
+biases, attention sinks, gated queries) are switched by ``model_type``; everything else comes
+from the fields themselves, so an unknown family with the standard fields reads as a dense
+decoder, and one without them fails with an error naming the missing field.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any, Literal
 from inferplan.errors import InferplanError
 from inferplan.limits import MAX_CONFIG_LAYERS, MAX_CONFIG_POSITIONS
 from inferplan.specs.config_fields import ConfigFields
+from inferplan.specs.hybrid import hybrid_blocks, mamba2_fields
 
-AttentionKind = Literal["gqa", "mla", "linear"]
-FfnKind = Literal["dense", "moe"]
+AttentionKind = Literal["gqa", "mla", "linear", "none"]
+FfnKind = Literal["dense", "moe", "none"]
 
 # Families whose attention normalises q and k per head (adds 2 * head_dim weights per layer).
 _QK_NORM_FAMILIES = {
@@ -41,6 +43,8 @@ _QK_NORM_FAMILIES = {
 _FOUR_NORM_FAMILIES = {"gemma2", "gemma3", "gemma3_text"}
 # Families with biases on q/k/v only.
 _QKV_BIAS_FAMILIES = {"qwen2", "qwen2_moe"}
+# MLP activations without a gate (two matrices per MLP, not SwiGLU's three): Nemotron-H.
+_UNGATED_ACTIVATIONS = {"relu2"}
 # HF ``Gemma3TextConfig`` defaults for fields the released multimodal configs omit.
 _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_208,
@@ -70,12 +74,15 @@ class AttentionSpec:
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
-    # Linear attention (Qwen3-Next Gated DeltaNet)
+    # Linear attention (Qwen3-Next Gated DeltaNet; Mamba-2 with key heads = groups, key head
+    # dim = SSM state size, value heads/dim = Mamba heads/head dim)
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     conv_kernel_size: int = 0
+    is_mamba2: bool = False  # Nemotron-H Mamba-2 mixer (its own projection shapes)
+    has_fp32_state: bool = False  # recurrent state kept in fp32 (mamba_ssm_cache_dtype)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class FfnSpec:
     has_expert_bias: bool = False  # gpt-oss experts carry biases
     router_bias_size: int = 0  # gpt-oss router bias / DeepSeek e_score_correction_bias
     has_shared_gate: bool = False  # Qwen3-Next: a sigmoid gate on the shared expert
+    is_gated: bool = True  # SwiGLU (gate, up, down); False: up and down only (relu2)
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,13 @@ def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     model_type = f.get_str("model_type", "") or top.get_str("model_type", "unknown")
     hidden = f.get_int("hidden_size")
     num_layers = f.get_int("num_hidden_layers", maximum=MAX_CONFIG_LAYERS)
-    attentions = _layer_attentions(f, model_type, num_layers)
-    ffns = _layer_ffns(f, model_type, num_layers)
+    if f.has("hybrid_override_pattern"):  # Nemotron-H: one block per layer (specs/hybrid.py)
+        blocks = hybrid_blocks(f, num_layers)
+        attentions = [_attention(f, model_type, m) if m else NO_ATTENTION for m, _ in blocks]
+        ffns = [_block_ffn(f, model_type, kind) for _, kind in blocks]
+    else:
+        attentions = _layer_attentions(f, model_type, num_layers)
+        ffns = _layer_ffns(f, model_type, num_layers)
     layers = tuple(LayerGroup(a, m, 1) for a, m in zip(attentions, ffns, strict=True))
     dtype_name = top.get_str("torch_dtype", "") or f.get_str("torch_dtype", "bfloat16")
     return ModelSpec(
@@ -190,7 +203,7 @@ def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         max_position_embeddings=f.get_int(
             "max_position_embeddings", 4096, maximum=MAX_CONFIG_POSITIONS
         ),
-        norms_per_layer=4 if model_type in _FOUR_NORM_FAMILIES else 2,
+        norms_per_layer=_norms_per_layer(model_type),
         dtype={"float16": "fp16", "float32": "bf16"}.get(dtype_name, "bf16"),
         quantization=_parse_quantization(top),
         num_mtp_layers=f.get_int(
@@ -244,6 +257,28 @@ def _layer_kinds(f: ConfigFields, model_type: str, num_layers: int) -> list[str]
     return ["sliding_attention" if uses_window else "full_attention"] * num_layers
 
 
+def _norms_per_layer(model_type: str) -> int:
+    if model_type == "nemotron_h":  # one block per layer, one pre-norm
+        return 1
+    return 4 if model_type in _FOUR_NORM_FAMILIES else 2
+
+
+NO_ATTENTION = AttentionSpec(kind="none", num_heads=0, num_kv_heads=0, head_dim=0, v_head_dim=0)
+NO_FFN = FfnSpec(kind="none", intermediate_size=0)
+
+
+def _block_ffn(f: ConfigFields, model_type: str, kind: str | None) -> FfnSpec:
+    if kind == "moe":
+        return _moe_ffn(f, model_type, _num_routed_experts(f))
+    if kind == "dense":
+        return FfnSpec("dense", f.get_int("intermediate_size"), is_gated=_gated(f))
+    return NO_FFN
+
+
+def _gated(f: ConfigFields) -> bool:
+    return f.get_str("mlp_hidden_act", "silu") not in _UNGATED_ACTIVATIONS
+
+
 def _layer_attentions(f: ConfigFields, model_type: str, num_layers: int) -> list[AttentionSpec]:
     kinds = _layer_kinds(f, model_type, num_layers)
     cache: dict[str, AttentionSpec] = {}
@@ -257,6 +292,8 @@ def _layer_attentions(f: ConfigFields, model_type: str, num_layers: int) -> list
 
 def _attention(f: ConfigFields, model_type: str, kind: str) -> AttentionSpec:
     num_heads = f.get_int("num_attention_heads")
+    if kind == "mamba2":
+        return AttentionSpec(num_heads=num_heads, **mamba2_fields(f))
     if kind == "linear_attention":
         return AttentionSpec(
             kind="linear",
@@ -372,14 +409,18 @@ def _moe_ffn(f: ConfigFields, model_type: str, num_experts: int) -> FfnSpec:
             f"{f.source}: num_experts_per_tok={top_k} exceeds the {num_experts} routed experts"
         )
     shared = 0
-    if f.has("n_shared_experts"):
+    if f.has("moe_shared_expert_intermediate_size"):  # Nemotron-H
+        shared = f.get_int("moe_shared_expert_intermediate_size", minimum=0)
+    elif f.has("n_shared_experts"):
         shared = f.get_int("n_shared_experts", minimum=0) * width
     elif f.has("shared_expert_intermediate_size"):
         shared = f.get_int("shared_expert_intermediate_size", minimum=0)
     elif model_type == "llama4_text":  # every Llama 4 MoE layer has one shared expert
         shared = width
     router_bias = (
-        num_experts if model_type in {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2"} else 0
+        num_experts
+        if model_type in {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2", "nemotron_h"}
+        else 0
     )
     if model_type in {"deepseek_v2"}:
         router_bias = 0
@@ -392,6 +433,7 @@ def _moe_ffn(f: ConfigFields, model_type: str, num_experts: int) -> FfnSpec:
         has_expert_bias=model_type == "gpt_oss",
         router_bias_size=router_bias,
         has_shared_gate=model_type in {"qwen3_next", "qwen2_moe"} and shared > 0,
+        is_gated=_gated(f),
     )
 
 

@@ -94,8 +94,10 @@ class ParamCounts:
 
 def attention_params(att: AttentionSpec, hidden: int) -> int:
     """Weights (and biases) of one attention block, its norms excluded for MLA's q_a/kv_a."""
+    if att.kind == "none":
+        return 0
     if att.kind == "linear":
-        return _gated_deltanet_params(att, hidden)
+        return _mamba2_params(att, hidden) if att.is_mamba2 else _gated_deltanet_params(att, hidden)
     if att.kind == "mla":
         return _mla_params(att, hidden)
     nh, nkv, hd = att.num_heads, att.num_kv_heads, att.head_dim
@@ -140,9 +142,25 @@ def _gated_deltanet_params(att: AttentionSpec, hidden: int) -> int:
     return in_proj + conv + 2 * nv + att.linear_value_head_dim + value_dim * hidden
 
 
+def _mamba2_params(att: AttentionSpec, hidden: int) -> int:
+    """HF ``NemotronHMamba2Mixer``: in_proj to (z, x, B, C, dt), a biased depthwise conv over
+    (x, B, C), per-head dt_bias, A_log and D, a gated RMSNorm over the inner width, out_proj."""
+    inner = att.linear_num_value_heads * att.linear_value_head_dim
+    groups = att.linear_num_key_heads * att.linear_key_head_dim
+    heads = att.linear_num_value_heads
+    conv_dim = inner + 2 * groups
+    in_proj = hidden * (2 * inner + 2 * groups + heads)
+    return in_proj + conv_dim * (att.conv_kernel_size + 1) + 3 * heads + inner + inner * hidden
+
+
+def ffn_matrices(ffn: FfnSpec) -> int:
+    """Weight matrices of one MLP or expert: gate, up, down (SwiGLU) or up, down (relu2)."""
+    return 3 if ffn.is_gated else 2
+
+
 def expert_params(ffn: FfnSpec, hidden: int) -> int:
-    """One routed expert (SwiGLU), with gpt-oss biases when present."""
-    count = 3 * hidden * ffn.intermediate_size
+    """One routed expert (SwiGLU or ungated), with gpt-oss biases when present."""
+    count = ffn_matrices(ffn) * hidden * ffn.intermediate_size
     if ffn.has_expert_bias:
         count += 2 * ffn.intermediate_size + hidden
     return count
@@ -150,9 +168,12 @@ def expert_params(ffn: FfnSpec, hidden: int) -> int:
 
 def ffn_params(ffn: FfnSpec, hidden: int) -> dict[str, int]:
     """One FFN block split into dense / routed (all and active) / shared / router."""
+    if ffn.kind == "none":
+        return {}
     if ffn.kind == "dense":
-        return {"dense_mlp": 3 * hidden * ffn.intermediate_size}
-    shared = 3 * hidden * ffn.shared_intermediate_size + (hidden if ffn.has_shared_gate else 0)
+        return {"dense_mlp": ffn_matrices(ffn) * hidden * ffn.intermediate_size}
+    shared = ffn_matrices(ffn) * hidden * ffn.shared_intermediate_size
+    shared += hidden if ffn.has_shared_gate else 0
     one_expert = expert_params(ffn, hidden)
     return {
         "routed_experts": ffn.num_experts * one_expert,
