@@ -37,6 +37,7 @@ from inferplan.cli_flags import (
     workload_options,
 )
 from inferplan.cli_plan import plan
+from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
@@ -221,11 +222,13 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@kv_tier_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    tiers: KvTierFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -253,6 +256,7 @@ def simulate(
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
         enable_prefix_caching=enable_prefix_caching,
+        **tiers.serving_fields(),
     )
     shapes = {
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
@@ -295,6 +299,7 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
     _show(summary, json_out, simulate_tables)
 
 

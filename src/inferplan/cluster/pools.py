@@ -78,6 +78,8 @@ def check_flags(
             "--enable-prefix-caching: not emulated with --disaggregate yet (the decode pool "
             "receives whole prompts' KV); drop the flag"
         )
+    if options.kv_tiers:
+        raise InferplanError("--kv-tiers: not emulated with --disaggregate yet; drop the flag")
     for name, shape in shapes.items():
         for flag, value in (("tp", shape.tp), ("dp", shape.dp)):
             if value is not None and value < 1:

@@ -46,6 +46,7 @@ from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.records import RequestRecords
 
 if TYPE_CHECKING:
+    from inferplan.engine.offload import KvOffload
     from inferplan.engine.replica import SchedulerConfig
 
 IntArray = npt.NDArray[np.int64]
@@ -70,6 +71,7 @@ class Scheduler:
     can_preempt = True
     counts_idle_slots = False  # static batching: slots of finished batch members stay idle
     vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
+    offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
 
     def __init__(
         self,
@@ -101,6 +103,10 @@ class Scheduler:
         """Tokens of ``rid``'s first ``tokens`` the prefix cache holds (full entries of its
         prompt, leaving at least one token to compute), and the blocks of them that running
         requests map (admission does not allocate those)."""
+        if self.offload is not None:
+            stored = self.offload.hit_tokens(rid, tokens)
+            if stored is not None:  # its KV comes back from a tier (none of it shared)
+                return stored, 0
         cache = self.pool.cache
         if cache is None:
             return 0, 0
@@ -142,6 +148,8 @@ class Scheduler:
         """The queue head's first chunk if it can be admitted with ``budget`` tokens and
         ``available`` blocks, else None: THE admission test."""
         rid, tokens = self.waiting.peek()
+        if self.offload is not None and self.offload.holds_back(rid):
+            return None  # backpressure: the KV link is saturated
         hit, shared = self.prefix_hit(rid, tokens)
         if self.whole_prompts and tokens - hit > budget:
             return None  # no chunked prefill: the prompt waits for a step with the budget
@@ -191,6 +199,10 @@ class Scheduler:
             waiting.pop()
             hit, _ = self.prefix_hit(rid, tokens)
             held = pool.blocks_for_one(hit + chunk)
+            if self.offload is not None and rid in self.offload.stored:
+                pool.free -= held  # it joins the batch when its KV is back
+                self.offload.begin_load(rid, hit, tokens, held)
+                continue
             if pool.cache is None:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
@@ -282,7 +294,9 @@ class Scheduler:
             moved = held * self.cfg.kv_block_bytes
             self.records.swapped_bytes[rid] += int(moved)
             return moved / self.cfg.host_link_bytes_s
-        self.records.recomputed_tokens[rid] += computed
+        offload = self.offload
+        if offload is None or not offload.store(rid, computed, self.pool.blocks_for_one(computed)):
+            self.records.recomputed_tokens[rid] += computed
         self.waiting.push_front(rid, num_tokens=tokens)
         return 0.0
 

@@ -20,9 +20,11 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.schedulers import SCHEDULERS
@@ -67,6 +69,7 @@ class SimulationResult:
     # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
     # it (add it back to show trace times).
     time_offset_s: float = 0.0
+    kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
 
 
 def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
@@ -194,12 +197,17 @@ class Simulation:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
         preemption steps that end them, until a finish, an arrival or a batch change."""
         stretches = replica.stretches
+        offload = replica.offload
+        if offload is not None and not offload.is_idle(replica.now):
+            # Transfers in flight: exact steps (a stretch would run past their ends).
+            self._step_or_wait(replica, next_arrival_s)
+            return
         if self.cfg.exact or not stretches.can_stretch():
-            replica.step()
+            self._step_or_wait(replica, next_arrival_s)
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
-        chain = self.cfg.scheduling_policy != "priority"
+        chain = self.cfg.scheduling_policy != "priority" and offload is None
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             # Another replica's finish may release a held request at its clock or later: a
             # stretch must not run past the point where that replica stands.
@@ -219,6 +227,18 @@ class Simulation:
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
+
+    def _step_or_wait(self, replica: Replica, next_arrival_s: float) -> None:
+        """One step; with KV tiers, a replica that ran nothing waits for its next transfer
+        event (a reload landing, the writes draining), or the next arrival if sooner."""
+        steps, now = replica.num_steps, replica.now
+        replica.step()
+        offload = replica.offload
+        if offload is None or replica.num_steps != steps or replica.now != now:
+            return
+        event = offload.next_event_s(replica.now)
+        if event is not None:
+            replica.now = min(event, max(next_arrival_s, replica.now))
 
     def _collect(self, replica: Replica) -> int:
         done = len(replica.on_finish)
@@ -247,9 +267,10 @@ class Simulation:
                 if on_progress and self.num_done > before:
                     on_progress(self.num_done - before)
                 continue
-            steps_before = replica.num_steps
+            steps_before, now_before = replica.num_steps, replica.now
             self._advance(replica, arrival)
-            if replica.num_steps == steps_before and not len(replica.running):
+            stalled = replica.num_steps == steps_before and replica.now == now_before
+            if stalled and not len(replica.running):
                 self._stuck(replica)
             if check is not None:
                 check(replica)
@@ -293,4 +314,9 @@ class Simulation:
             num_steps=sum(r.num_steps for r in self.replicas),
             idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
             time_offset_s=self.time_offset_s,
+            kv_tiers=self._kv_tiers(duration),
         )
+
+    def _kv_tiers(self, duration_s: float) -> dict[str, Any] | None:
+        offloads = [r.offload for r in self.replicas if r.offload is not None]
+        return offload_summary(offloads, duration_s) if offloads else None
