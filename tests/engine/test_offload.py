@@ -52,7 +52,8 @@ def _tiers(*specs: TierSpec, cap: float | None = None, overlaps: bool = True) ->
     return OffloadConfig(specs, BLOCK_BYTES, eviction_cap_bytes_s=cap, overlaps_compute=overlaps)
 
 
-HOST = TierSpec("host", 100 * BLOCK_BYTES, read_bytes_s=4e9, write_bytes_s=1e9)
+READ_BYTES_S, WRITE_BYTES_S = 40e9, 10e9
+HOST = TierSpec("host", 100 * BLOCK_BYTES, READ_BYTES_S, WRITE_BYTES_S)
 
 
 def _replica(
@@ -121,7 +122,7 @@ def test_preempted_sequence_goes_to_the_tier_and_its_step_waits_for_the_reused_b
     assert rec.recomputed_tokens.tolist() == [0, 0]  # kept, not dropped
     assert offload.written_bytes == [2 * BLOCK_BYTES]
     assert offload.stored[1].computed == 8
-    write_s = 2 * BLOCK_BYTES / 1e9  # 2 ms on the 1 GB/s write side
+    write_s = 2 * BLOCK_BYTES / WRITE_BYTES_S  # 0.2 ms
     assert offload.stored[1].landed_s == pytest.approx(start + write_s, rel=1e-12)
     # Request 0 took one of the victim's blocks: the step lasts until that block (the first
     # half of the write) is out, beside the compute (overlap) or after it.
@@ -145,7 +146,7 @@ def test_reload_waits_off_the_batch_and_restores_the_computed_tokens() -> None:
     replica.check_invariants()
     assert len(replica.running) == 0 and [x.request_id for x in offload.loading] == [1]
     read_start = max(admitted, landed)
-    ready = read_start + 2 * BLOCK_BYTES / 4e9
+    ready = read_start + 2 * BLOCK_BYTES / READ_BYTES_S
     assert offload.loading[0].ready_s == pytest.approx(ready, rel=1e-12)
     assert offload.read_bytes == [2 * BLOCK_BYTES]
     assert replica.now == admitted  # nothing ran: the event loop waits for the read
@@ -158,8 +159,18 @@ def test_reload_waits_off_the_batch_and_restores_the_computed_tokens() -> None:
     assert offload.used_blocks == [0]
 
 
+def test_preempted_sequence_is_recomputed_when_moving_it_is_slower() -> None:
+    # 2 blocks out at 0.1 GB/s and back take 40 ms; a prefill of 8 tokens far less.
+    slow = TierSpec("nvme", 100 * BLOCK_BYTES, read_bytes_s=1e8, write_bytes_s=1e8)
+    replica = _two_running_at_block_boundary(_tiers(slow))
+    replica.step()
+    assert replica.records.recomputed_tokens.tolist() == [0, 8]
+    assert replica.offload is not None and replica.offload.num_recompute_cheaper == 1
+    assert replica.offload.written_bytes == [0.0]
+
+
 def test_preempted_sequence_is_recomputed_when_no_tier_has_room() -> None:
-    tiny = TierSpec("host", 1 * BLOCK_BYTES, read_bytes_s=4e9, write_bytes_s=1e9)
+    tiny = TierSpec("host", 1 * BLOCK_BYTES, READ_BYTES_S, WRITE_BYTES_S)
     replica = _two_running_at_block_boundary(_tiers(tiny))
     replica.step()
     assert replica.records.recomputed_tokens.tolist() == [0, 8]
@@ -167,8 +178,8 @@ def test_preempted_sequence_is_recomputed_when_no_tier_has_room() -> None:
 
 
 def test_fastest_tier_with_room_first() -> None:
-    slow = TierSpec("nvme", 100 * BLOCK_BYTES, read_bytes_s=1e9, write_bytes_s=5e8)
-    full = TierSpec("host", 1 * BLOCK_BYTES, read_bytes_s=4e9, write_bytes_s=1e9)
+    slow = TierSpec("nvme", 100 * BLOCK_BYTES, read_bytes_s=13e9, write_bytes_s=6.6e9)
+    full = TierSpec("host", 1 * BLOCK_BYTES, READ_BYTES_S, WRITE_BYTES_S)
     replica = _two_running_at_block_boundary(_tiers(slow, full))
     replica.step()
     offload = replica.offload
@@ -181,12 +192,13 @@ def test_fastest_tier_with_room_first() -> None:
 
 
 def test_writes_queue_first_come_first_served_and_unsafe_blocks_drain_linearly() -> None:
-    replica = _replica([4], [4], _tiers(HOST, cap=5e8))  # the cap halves the write bandwidth
+    # The cap holds writes to 0.5 GB/s; 8000-token sequences are worth moving at that rate.
+    replica = _replica([4], [4], _tiers(HOST, cap=5e8))
     offload = replica.offload
     assert offload is not None
-    offload.now = 1.0
-    assert offload.store(7, computed=40, blocks=10)
-    assert offload.store(8, computed=8, blocks=2)
+    replica.now = 1.0
+    assert offload.store(7, computed=8000, blocks=10)
+    assert offload.store(8, computed=8000, blocks=2)
     first_end = 1.0 + 10 * BLOCK_BYTES / 5e8  # 20 ms
     assert offload.stored[7].landed_s == pytest.approx(first_end, rel=1e-12)
     assert offload.stored[8].landed_s == pytest.approx(first_end + 2 * BLOCK_BYTES / 5e8)
@@ -209,8 +221,8 @@ def _running_with_backlog(write_bytes_s: float) -> Replica:
     replica.step()
     offload = replica.offload
     assert offload is not None
-    offload.now = replica.now
-    assert offload.store(99, computed=8, blocks=2)  # another request's KV on its way out
+    # Another request's KV on its way out (long enough to be worth moving at this rate).
+    assert offload.store(99, computed=8000, blocks=2)
     replica.add_request(1)
     return replica
 
@@ -281,8 +293,8 @@ def _run(wl: Workload, cfg: SimulationConfig) -> SimulationResult:
 
 TIER_CHOICES = [
     (TierSpec("host", 30 * BLOCK_BYTES, 64e9, 64e9),),
-    (TierSpec("host", 8 * BLOCK_BYTES, 4e9, 1e9), TierSpec("nvme", 1e12, 1.3e9, 6.6e8)),
-    (TierSpec("nvme", 1e12, 2e8, 5e7),),  # slow: backpressure and write waits
+    (TierSpec("host", 8 * BLOCK_BYTES, 32e9, 16e9), TierSpec("nvme", 1e12, 13e9, 6.6e9)),
+    (TierSpec("nvme", 1e12, 13e9, 3e9),),  # slow: backpressure, write waits, some recomputed
 ]
 
 
@@ -290,7 +302,7 @@ TIER_CHOICES = [
 @given(
     seed=st.integers(0, 2**16),
     tiers=st.sampled_from(TIER_CHOICES),
-    cap=st.sampled_from([None, None, 1e8]),
+    cap=st.sampled_from([None, None, 1e9]),
     overlaps=st.booleans(),
     spare=st.integers(0, 40),
     rate=st.sampled_from([5.0, 50.0, math.inf]),

@@ -5,38 +5,47 @@ that moves KV to and from them. Model:
 
 - **What goes down.** A sequence preempted by vLLM v1's running pass (recompute mode) has its
   computed KV written to the fastest tier (by read bandwidth) with room for it, instead of being
-  dropped; if no tier has room it is recomputed as before. The KV of running sequences never
-  leaves HBM. Prefix-cache blocks are not offloaded (not modelled yet).
+  dropped; if no tier has room, or recomputing is faster (below), it is recomputed as before.
+  The KV of running sequences never leaves HBM. Prefix-cache blocks are not offloaded (not
+  modelled yet).
 - **The link.** One write queue and one read queue per replica (the GPU's host link is full
   duplex), each first come first served (Lindley's recursion, as ``cluster/kv_transfer.py``):
   a transfer of ``B`` bytes to tier ``t`` takes ``B / bandwidth`` once the queue reaches it;
-  writes run at the tier's write bandwidth capped by the eviction cap (``--kv-eviction-
-  bandwidth``). Tiers share the queue (every tier sits behind the GPU's PCIe link).
+  writes run at the tier's write bandwidth capped by the eviction cap
+  (``--kv-eviction-bandwidth``). Tiers share the queues (every tier sits behind the GPU's PCIe
+  link).
 - **Writes hold HBM.** The victim's blocks return to the pool at once (the scheduler's
   bookkeeping is vLLM's), but a block can only be overwritten once its copy is out: the blocks
   of writes still in flight are *unsafe*, drained linearly over each write's transfer. A step
   that hands out unsafe blocks (the pool's free count after scheduling is below the unsafe
   count) ends no earlier than when enough of them are written. The invariant: at every step
   start, unsafe blocks <= free blocks.
+- **Recompute or move.** A victim is written only where moving it is faster than recomputing
+  it: its write (behind the queue, at the capped bandwidth) plus its read take less than a
+  prefill of its tokens alone (the step-time model's). A slow or capped link therefore cannot
+  make the steps that reuse a victim's blocks wait longer than the recomputation it saves.
 - **Reload.** A request whose KV is in a tier is admitted like any other (the same admission
   test, its stored tokens counting as a hit), gets its blocks, and waits off the batch until its
   read lands (vLLM v1's asynchronous KV-connector loads: ``WAITING_FOR_REMOTE_KVS``), then joins
   the running set with its KV computed. A read starts no earlier than its write landed. Where
   an engine does not overlap transfers with compute (``overlaps_compute`` False), a step that
   waits for writes or starts reads is lengthened by them instead.
-- **Backpressure.** While the write queue holds more than the link drains in one step (its
-  backlog in seconds exceeds a decode step of the running batch), new requests are not admitted (the
-  admission test says no); requests whose KV is in a tier still are. Running requests keep
-  their pace: the link's saturation slows admission upstream rather than every step.
+- **Backpressure.** Admission only takes blocks whose copy out is done (running rows may take
+  the others, and their step waits). While the write queue holds more than the link drains in
+  one step (its backlog in seconds exceeds a decode step of the running batch), the link is
+  *saturated* and new requests are not admitted (the admission test says no); requests whose
+  KV is in a tier still are. Running requests keep their pace: the link's saturation slows
+  admission upstream rather than every step.
 
-Time is read from the replica's clock at the start of each step (``begin_step``), so exact and
-fast mode agree as long as the closed-form stretch runs only while the offload is idle
-(``is_idle``: no write or read in flight).
+Time is the replica's own clock (a step's start while the scheduler runs), so exact and fast
+mode agree as long as the closed-form stretch runs only while the offload is idle (``is_idle``:
+no write or read in flight).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +54,7 @@ import numpy as np
 
 from inferplan.memory.tiers import OffloadConfig
 from inferplan.metrics.stats import json_number
+from inferplan.perf.batch import StepBatch
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
@@ -78,8 +88,8 @@ class LoadingKv:
 class KvOffload:
     """A replica's tiers, the KV stored in them, and the write and read queues."""
 
-    def __init__(self, cfg: OffloadConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: OffloadConfig, replica: Replica) -> None:
+        self.cfg, self.replica = cfg, replica
         tiers = cfg.tiers
         self.capacity_blocks = [cfg.capacity_blocks(t) for t in tiers]
         # The fastest tier first (read bandwidth), ties in the order given.
@@ -95,17 +105,22 @@ class KvOffload:
         self.read_free_s = 0.0
         self.write_busy: list[tuple[float, float]] = []
         self.read_busy: list[tuple[float, float]] = []
-        self.now = 0.0
         self.drain_window_s = 0.0  # a decode step of the batch at this step's start
         self.step_reads_end_s = 0.0  # latest read begun this step (non-overlapping engines)
         self.num_offloaded = 0
         self.num_not_offloaded = 0  # preempted with every tier full: recomputed
+        self.num_recompute_cheaper = 0  # moving the KV would take longer: recomputed
         self.num_reloaded = 0
         self.reloaded_tokens = 0  # recompute avoided
         self.backpressure_s = 0.0  # step time during which admission was held back
         self._held_back = False
 
     # ---- state ------------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The replica's clock (a step's start while it is scheduled)."""
+        return self.replica.now
 
     def is_idle(self, now: float) -> bool:
         """No transfer in flight and nobody waiting for one."""
@@ -129,11 +144,15 @@ class KvOffload:
                 total += blocks if t <= start else blocks * (end - t) / (end - start)
         return total
 
+    def safe_free(self, free_blocks: int) -> int:
+        """Free blocks an admission may take at this step's start: those already written."""
+        return free_blocks - math.ceil(self.unsafe_blocks(self.now) - 1e-9)
+
     # ---- the step's verbs ---------------------------------------------------------------------
 
     def begin_step(self, replica: Replica) -> None:
         """At a step's start: forget finished writes, move landed loads into the batch."""
-        now = self.now = replica.now
+        now = replica.now
         self._held_back = False
         self.step_reads_end_s = now
         while self.pending_writes and self.pending_writes[0][1] <= now:
@@ -156,20 +175,24 @@ class KvOffload:
         else:
             self.drain_window_s = 0.0
 
+    def is_saturated(self) -> bool:
+        """The write queue holds more than the link drains in one decode step of the running
+        batch (nothing running: nothing to protect)."""
+        return bool(self.drain_window_s) and self.write_free_s - self.now > self.drain_window_s
+
     def holds_back(self, request_id: int) -> bool:
-        """Backpressure: a request whose KV is not in a tier waits while the write queue holds
-        more than the link drains in one decode step of the running batch (nothing running:
-        nothing to protect, no wait)."""
-        if request_id in self.stored or not self.drain_window_s:
-            return False
-        if self.write_free_s - self.now <= self.drain_window_s:
+        """Backpressure: a request whose KV is not in a tier waits while the link is
+        saturated."""
+        if request_id in self.stored or not self.is_saturated():
             return False
         self._held_back = True
         return True
 
     def store(self, request_id: int, computed: int, blocks: int) -> bool:
         """A preempted sequence's ``blocks`` of ``computed`` tokens go to the fastest tier with
-        room; False (recompute) when none has room or there is nothing to keep."""
+        room; False (recompute) when none has room, when moving it (its write behind the queue
+        at the capped bandwidth, then its read) would take longer than recomputing it (a
+        prefill of its tokens), or when there is nothing to keep."""
         if computed <= 0 or blocks <= 0:
             return False
         tier = next(
@@ -181,6 +204,10 @@ class KvOffload:
         num_bytes = blocks * self.cfg.block_bytes
         start = max(self.now, self.write_free_s)
         end = start + num_bytes / self.cfg.write_bytes_s(self.cfg.tiers[tier])
+        read_s = num_bytes / self.cfg.tiers[tier].read_bytes_s
+        if end - self.now + read_s >= self._recompute_s(computed):
+            self.num_recompute_cheaper += 1
+            return False
         self.write_free_s = end
         self.pending_writes.append((start, end, blocks))
         self.write_busy.append((start, end))
@@ -190,6 +217,15 @@ class KvOffload:
         self.stored[request_id] = StoredKv(tier, blocks, computed, end)
         self.num_offloaded += 1
         return True
+
+    def _recompute_s(self, tokens: int) -> float:
+        """A prefill of ``tokens`` alone: what recomputing a victim's KV costs."""
+        batch = StepBatch(
+            prefill_tokens=tokens,
+            prefill_attention_pairs=tokens * (tokens + 1) / 2,
+            num_prefill_seqs=1,
+        )
+        return self.replica.model.step_time(batch).total_s
 
     def hit_tokens(self, request_id: int, tokens: int) -> int | None:
         """Tokens of the request's KV a reload restores (None: nothing stored)."""
@@ -289,6 +325,7 @@ def offload_summary(offloads: list[KvOffload], horizon_s: float) -> dict[str, An
         "eviction_cap_bytes_s": first.cfg.eviction_cap_bytes_s,
         "num_offloaded": sum(o.num_offloaded for o in offloads),
         "num_not_offloaded": sum(o.num_not_offloaded for o in offloads),
+        "num_not_offloaded_recompute_cheaper": sum(o.num_recompute_cheaper for o in offloads),
         "num_reloaded": sum(o.num_reloaded for o in offloads),
         "recompute_avoided_tokens": avoided,
         "recompute_avoided_tokens_per_gb": json_number(avoided / (moved / 1e9)) if moved else None,

@@ -135,10 +135,12 @@ class Scheduler:
     # ---- admission, defined once ------------------------------------------------------------
 
     def available_blocks(self, *, after_decode_step: bool = False) -> int:
-        """Blocks an admission may take now, or after the running rows decode one step."""
+        """Blocks an admission may take now, or after the running rows decode one step (with
+        KV tiers, not the blocks whose copy out is still in flight: admission waits for them)."""
+        free = self.pool.free if self.offload is None else self.offload.safe_free(self.pool.free)
         if after_decode_step:
-            return self.pool.free - int(self.pool.crossing_cost(self.running.num_computed).sum())
-        return self.pool.free
+            return free - int(self.pool.crossing_cost(self.running.num_computed).sum())
+        return free
 
     def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:
         """Blocks admitting the request maps: those of its first ``chunk_end`` tokens."""
