@@ -6,7 +6,8 @@ once per tier setting on the same workload and prints one row per run. "Extra wo
 total token throughput (prompt + output tokens of completed requests per second) over the
 no-tier run's, minus one. Usage::
 
-    .venv/bin/python scripts/kv_tiers_table.py [--rate R] [--num-prompts N]
+    .venv/bin/python scripts/kv_tiers_table.py [--model M] [--gpu G] [--tp N] [--rate R]
+        [--num-prompts N]
 """
 
 from __future__ import annotations
@@ -42,11 +43,15 @@ def _gb(value: float) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="Llama-3.1-8B")
+    parser.add_argument("--gpu", default="h200")
+    parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--num-prompts", type=int, default=1000)
     args = parser.parse_args()
     base = [
-        ".venv/bin/inferplan", "simulate", "--model", "Llama-3.1-8B", "--gpu", "h200",
+        ".venv/bin/inferplan", "simulate", "--model", args.model, "--gpu", args.gpu,
+        "-tp", str(args.tp),
         "--dataset-name", "reasoning", "--num-prompts", str(args.num_prompts),
         "--request-rate", str(args.rate), "--json",
     ]  # fmt: skip

@@ -56,6 +56,13 @@ def test_kv_tiers_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(tiers["link_utilization_series"]["write"]) == 50
 
 
+def test_terminal_table_shows_the_tiers(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([a for a in SIM if a != "--json"] + ["--kv-tiers", "host:1GiB,nvme:3.84TB"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "KV tier host written / read (GB)" in out and "KV tier nvme" in out
+
+
 def test_no_flag_no_section(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys)
     assert code == 0
