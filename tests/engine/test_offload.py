@@ -22,6 +22,7 @@ from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.memory.prefixcache import PrefixCache
 from inferplan.memory.tiers import OffloadConfig, TierSpec
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
@@ -356,3 +357,97 @@ def test_default_config_has_no_offload() -> None:
     cfg = _config(wl, None, spare=40, exact=False)
     assert replace(cfg.scheduler).kv_tiers is None
     assert Simulation(wl, cfg, _model()).replicas[0].offload is None
+
+
+# ---- prefix-cache entries ----------------------------------------------------------------------
+
+
+def _cached_replica(hashes: tuple[tuple[int, ...], ...], prompts: list[int]) -> Replica:
+    """Block size 4, entries of one block, 6 blocks: room for one 4-entry prompt and a bit."""
+    replica = _replica(prompts, [1] * len(prompts), _tiers(HOST), num_blocks=6)
+    cache = PrefixCache(hashes, entry_blocks=1)
+    replica.pool.cache = cache
+    replica.records = replace(
+        replica.records,
+        cached_tokens=np.zeros(len(prompts), dtype=np.int64),
+        prefix_queried_tokens=np.zeros(len(prompts), dtype=np.int64),
+    )
+    replica.scheduler.records = replica.records
+    assert replica.offload is not None
+    replica.offload.attach_cache(cache, 4)
+    return replica
+
+
+def test_evicted_prefix_entries_go_down_and_come_back_on_a_hit() -> None:
+    # Request 0 caches entries 1-4; request 1 (entries 5-8) evicts them; request 2 shares
+    # request 0's first three entries.
+    hashes = ((1, 2, 3, 4), (5, 6, 7, 8), (1, 2, 3, 9))
+    replica = _cached_replica(hashes, [16, 16, 16])
+    offload = replica.offload
+    assert offload is not None
+    for rid in range(3):
+        replica.add_request(rid)
+        while replica.has_work:
+            replica.step()
+            replica.check_invariants()
+            if offload.loading and replica.now < offload.loading[0].ready_s:
+                assert not len(replica.running)  # request 2 waits off the batch
+                replica.now = offload.loading[0].ready_s
+    # Request 1's 4 blocks took the 2 uncached free blocks and evicted the 2 oldest entries of
+    # request 0 (freed tail first: 4, then 3); both went to host.
+    assert offload.num_prefix_offloaded >= 2
+    # Request 2 finds entries 1 and 2 in HBM and entry 3 in the tier: one entry read back.
+    cached = replica.records.cached_tokens
+    assert cached is not None and cached[2] == 8
+    assert offload.num_prefix_reloaded == 1
+    assert offload.reloaded_tokens == 4  # entry 3 was not prefilled again
+    assert offload.read_bytes == [1 * BLOCK_BYTES]
+    assert np.all(replica.records.status == COMPLETED)
+
+
+def _shared_workload(seed: int, n: int, rate: float) -> Workload:
+    """Prompts of 16-token entries: one of three 2-entry system prompts, then 0-4 own entries."""
+    rng = np.random.default_rng(seed)
+    hashes = []
+    for i in range(n):
+        system = int(rng.integers(0, 3))
+        own = int(rng.integers(0, 5))
+        hashes.append((100 * system, 100 * system + 1, *(1000 + 10 * i + j for j in range(own))))
+    inputs = np.array([16 * len(h) for h in hashes], dtype=np.int64)
+    return Workload(
+        arrival_s=arrival_times_s(n, rate, 1.0, seed),
+        input_tokens=inputs,
+        output_tokens=rng.integers(1, 200, size=n).astype(np.int64),
+        class_ids=np.zeros(n, dtype=np.int64),
+        priorities=np.zeros(n, dtype=np.int64),
+        prefix_hashes=tuple(hashes),
+        prefix_block_tokens=16,
+    )
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    tiers=st.sampled_from(TIER_CHOICES),
+    spare=st.integers(0, 30),
+    rate=st.sampled_from([20.0, math.inf]),
+)
+def test_fast_mode_equals_exact_mode_with_tiers_and_prefix_caching(
+    seed: int, tiers: tuple[TierSpec, ...], spare: int, rate: float
+) -> None:
+    wl = _shared_workload(seed, 40, rate)
+    offload = _tiers(*tiers)
+    runs = []
+    for exact in (False, True):
+        cfg = _config(wl, offload, spare=spare, exact=exact)
+        cfg = replace(cfg, scheduler=replace(cfg.scheduler, enable_prefix_caching=True))
+        runs.append(_run(wl, cfg))
+    fast, exact_run = runs
+    assert fast.num_steps == exact_run.num_steps
+    f, e = fast.records, exact_run.records
+    np.testing.assert_array_equal(f.cached_tokens, e.cached_tokens)
+    for name in ("first_scheduled_s", "first_token_s", "finish_s"):
+        np.testing.assert_allclose(getattr(f, name), getattr(e, name), rtol=1e-9, err_msg=name)
+    assert fast.kv_tiers is not None and exact_run.kv_tiers is not None
+    for key in ("num_prefix_entries_offloaded", "num_prefix_entries_reloaded"):
+        assert fast.kv_tiers[key] == exact_run.kv_tiers[key]

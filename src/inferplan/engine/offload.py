@@ -6,8 +6,9 @@ that moves KV to and from them. Model:
 - **What goes down.** A sequence preempted by vLLM v1's running pass (recompute mode) has its
   computed KV written to the fastest tier (by read bandwidth) with room for it, instead of being
   dropped; if no tier has room, or recomputing is faster (below), it is recomputed as before.
-  The KV of running sequences never leaves HBM. Prefix-cache blocks are not offloaded (not
-  modelled yet).
+  The KV of running sequences never leaves HBM. With prefix caching, a cached entry that vLLM's
+  LRU evicts (its blocks reused) is written down too, under the same rule, and a tier makes
+  room for a sequence by dropping its oldest entry copies (they are only a cache).
 - **The link.** One write queue and one read queue per replica (the GPU's host link is full
   duplex), each first come first served (Lindley's recursion, as ``cluster/kv_transfer.py``):
   a transfer of ``B`` bytes to tier ``t`` takes ``B / bandwidth`` once the queue reaches it;
@@ -24,8 +25,9 @@ that moves KV to and from them. Model:
   it: its write (behind the queue, at the capped bandwidth) plus its read take less than a
   prefill of its tokens alone (the step-time model's). A slow or capped link therefore cannot
   make the steps that reuse a victim's blocks wait longer than the recomputation it saves.
-- **Reload.** A request whose KV is in a tier is admitted like any other (the same admission
-  test, its stored tokens counting as a hit), gets its blocks, and waits off the batch until its
+- **Reload.** A request whose KV is in a tier (its preempted sequence, or prompt entries after
+  those cached in HBM) is admitted like any other (the same admission test, those tokens
+  counting as a hit), gets its blocks, and waits off the batch until its
   read lands (vLLM v1's asynchronous KV-connector loads: ``WAITING_FOR_REMOTE_KVS``), then joins
   the running set with its KV computed. A read starts no earlier than its write landed. Where
   an engine does not overlap transfers with compute (``overlaps_compute`` False), a step that
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ from inferplan.perf.batch import StepBatch
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
+    from inferplan.memory.prefixcache import PrefixCache
 
 SERIES_BINS = 50  # link utilization series: intervals over the run
 
@@ -81,8 +84,9 @@ class LoadingKv:
     tokens: int
     held_blocks: int  # HBM blocks it was given at admission
     tier: int
-    tier_blocks: int
+    tier_blocks: int  # tier blocks it frees when it lands (0: a prefix copy, which stays)
     ready_s: float
+    register_entries: int = 0  # prefix entries it caches when it lands
 
 
 class KvOffload:
@@ -99,6 +103,12 @@ class KvOffload:
         self.written_bytes = [0.0] * len(tiers)
         self.read_bytes = [0.0] * len(tiers)
         self.stored: dict[int, StoredKv] = {}
+        # Evicted prefix-cache entries kept in a tier: hash -> (tier, landed_s), oldest first.
+        self.prefix: OrderedDict[int, tuple[int, float]] = OrderedDict()
+        self.cache: PrefixCache | None = None
+        self.entry_tokens = 0
+        self.num_prefix_offloaded = 0
+        self.num_prefix_reloaded = 0
         self.loading: list[LoadingKv] = []
         self.pending_writes: deque[tuple[float, float, int]] = deque()  # start, end, blocks
         self.write_free_s = 0.0
@@ -123,7 +133,11 @@ class KvOffload:
         return self.replica.now
 
     def is_idle(self, now: float) -> bool:
-        """No transfer in flight and nobody waiting for one."""
+        """No transfer in flight, nobody waiting for one, and (with a prefix cache) no cached
+        free block a closed-form stretch could evict (its copy would be timed at the stretch's
+        start instead of at the step that evicts it)."""
+        if self.cache is not None and self.cache.lru_blocks:
+            return False
         return not self.loading and self.write_free_s <= now and self.read_free_s <= now
 
     def next_event_s(self, now: float) -> float | None:
@@ -167,6 +181,8 @@ class KvOffload:
             target = int(replica.target_tokens[x.request_id])
             run.append(x.request_id, x.computed, x.tokens, generated, target, x.held_blocks, now)
             self.used_blocks[x.tier] -= x.tier_blocks
+            if self.cache is not None and x.register_entries:
+                self.cache.register(x.request_id, x.register_entries)
         self.loading = keep
         n = len(run)
         if n:
@@ -195,28 +211,116 @@ class KvOffload:
         prefill of its tokens), or when there is nothing to keep."""
         if computed <= 0 or blocks <= 0:
             return False
-        tier = next(
-            (i for i in self.order if self.capacity_blocks[i] - self.used_blocks[i] >= blocks), None
-        )
+        tier = self._tier_with_room(blocks)
         if tier is None:
             self.num_not_offloaded += 1
             return False
+        end = self._write(tier, blocks, computed)
+        if end is None:
+            self.num_recompute_cheaper += 1
+            return False
+        self.stored[request_id] = StoredKv(tier, blocks, computed, end)
+        self.num_offloaded += 1
+        return True
+
+    def _tier_with_room(self, blocks: int) -> int | None:
+        """The fastest tier with ``blocks`` free, dropping its oldest prefix copies (they are
+        only a cache) if that makes room."""
+        for i in self.order:
+            if self.capacity_blocks[i] - self.used_blocks[i] >= blocks:
+                return i
+        for i in self.order:
+            mine = [h for h, (tier, _) in self.prefix.items() if tier == i]
+            spare = self.capacity_blocks[i] - self.used_blocks[i]
+            if spare + len(mine) * self.cache_entry_blocks < blocks:
+                continue
+            for h in mine:  # oldest first
+                if self.capacity_blocks[i] - self.used_blocks[i] >= blocks:
+                    break
+                del self.prefix[h]
+                self.used_blocks[i] -= self.cache_entry_blocks
+            return i
+        return None
+
+    def _write(self, tier: int, blocks: int, tokens: int) -> float | None:
+        """Queue the write of ``blocks`` holding ``tokens`` tokens to ``tier``; when it lands,
+        or None (nothing written) where moving them is slower than recomputing them."""
         num_bytes = blocks * self.cfg.block_bytes
         start = max(self.now, self.write_free_s)
         end = start + num_bytes / self.cfg.write_bytes_s(self.cfg.tiers[tier])
         read_s = num_bytes / self.cfg.tiers[tier].read_bytes_s
-        if end - self.now + read_s >= self._recompute_s(computed):
-            self.num_recompute_cheaper += 1
-            return False
+        if end - self.now + read_s >= self._recompute_s(tokens):
+            return None
         self.write_free_s = end
         self.pending_writes.append((start, end, blocks))
         self.write_busy.append((start, end))
         self.used_blocks[tier] += blocks
         self.peak_blocks[tier] = max(self.peak_blocks[tier], self.used_blocks[tier])
         self.written_bytes[tier] += num_bytes
-        self.stored[request_id] = StoredKv(tier, blocks, computed, end)
-        self.num_offloaded += 1
-        return True
+        return end
+
+    # ---- prefix-cache entries ------------------------------------------------------------------
+
+    @property
+    def cache_entry_blocks(self) -> int:
+        return 0 if self.cache is None else self.cache.entry_blocks
+
+    def attach_cache(self, cache: PrefixCache, block_size: int) -> None:
+        """Keep copies of the entries ``cache`` evicts (vLLM v1's LRU of freed blocks)."""
+        self.cache = cache
+        self.entry_tokens = cache.entry_blocks * block_size
+        cache.on_evict = self.store_prefix
+
+    def store_prefix(self, entry_hash: int) -> None:
+        """An evicted prefix entry goes to the fastest tier with room, if moving it beats
+        recomputing it (a prefill of its tokens alone: a lower bound)."""
+        blocks = self.cache_entry_blocks
+        if entry_hash in self.prefix:  # a copy is already down there
+            self.prefix.move_to_end(entry_hash)
+            return
+        tier = self._tier_with_room(blocks)
+        end = None if tier is None else self._write(tier, blocks, self.entry_tokens)
+        if tier is not None and end is not None:
+            self.prefix[entry_hash] = (tier, end)
+            self.num_prefix_offloaded += 1
+
+    def prefix_tier_entries(self, hashes: tuple[int, ...]) -> int:
+        """How many of ``hashes``, from the first, a tier holds."""
+        count = 0
+        for h in hashes:
+            if h not in self.prefix:
+                break
+            count += 1
+        return count
+
+    def begin_prefix_load(
+        self, request_id: int, hashes: tuple[int, ...], loaded: tuple[int, int], held: int
+    ) -> None:
+        """The request was admitted with ``held`` blocks, the prefix entries ``hashes`` coming
+        back from their tiers (``loaded``: its computed tokens then, and its tokens); it caches
+        its entries up to ``register_entries`` when they land."""
+        computed, tokens = loaded
+        end = self.now
+        for h in hashes:
+            tier, landed = self.prefix[h]
+            self.prefix.move_to_end(h)
+            end = self._read(tier, self.cache_entry_blocks, landed)
+        entries = min(computed, int(self.replica.prompt_tokens[request_id])) // self.entry_tokens
+        self.loading.append(
+            LoadingKv(request_id, computed, tokens, held, 0, 0, end, register_entries=entries)
+        )
+        self.num_prefix_reloaded += len(hashes)
+        self.reloaded_tokens += len(hashes) * self.entry_tokens
+
+    def _read(self, tier: int, blocks: int, landed_s: float) -> float:
+        num_bytes = blocks * self.cfg.block_bytes
+        start = max(self.now, self.read_free_s, landed_s)
+        end = start + num_bytes / self.cfg.tiers[tier].read_bytes_s
+        self.read_free_s = end
+        self.read_busy.append((start, end))
+        self.read_bytes[tier] += num_bytes
+        self.step_reads_end_s = max(self.step_reads_end_s, end)
+        return end
 
     def _recompute_s(self, tokens: int) -> float:
         """A prefill of ``tokens`` alone: what recomputing a victim's KV costs."""
@@ -235,14 +339,7 @@ class KvOffload:
     def begin_load(self, request_id: int, computed: int, tokens: int, held_blocks: int) -> None:
         """The request was admitted with ``held_blocks``: read its KV back."""
         entry = self.stored.pop(request_id)
-        tier = self.cfg.tiers[entry.tier]
-        num_bytes = entry.blocks * self.cfg.block_bytes
-        start = max(self.now, self.read_free_s, entry.landed_s)
-        end = start + num_bytes / tier.read_bytes_s
-        self.read_free_s = end
-        self.read_busy.append((start, end))
-        self.read_bytes[entry.tier] += num_bytes
-        self.step_reads_end_s = max(self.step_reads_end_s, end)
+        end = self._read(entry.tier, entry.blocks, entry.landed_s)
         self.loading.append(
             LoadingKv(request_id, computed, tokens, held_blocks, entry.tier, entry.blocks, end)
         )
@@ -289,6 +386,7 @@ class KvOffload:
         for i, used in enumerate(self.used_blocks):
             mine = sum(e.blocks for e in self.stored.values() if e.tier == i)
             mine += sum(x.tier_blocks for x in self.loading if x.tier == i)
+            mine += self.cache_entry_blocks * sum(t == i for t, _ in self.prefix.values())
             assert used == mine, "tier blocks not conserved"
             assert 0 <= used <= self.capacity_blocks[i], "tier over capacity"
         assert not set(self.stored) & {x.request_id for x in self.loading}, "KV in two places"
@@ -327,6 +425,8 @@ def offload_summary(offloads: list[KvOffload], horizon_s: float) -> dict[str, An
         "num_not_offloaded": sum(o.num_not_offloaded for o in offloads),
         "num_not_offloaded_recompute_cheaper": sum(o.num_recompute_cheaper for o in offloads),
         "num_reloaded": sum(o.num_reloaded for o in offloads),
+        "num_prefix_entries_offloaded": sum(o.num_prefix_offloaded for o in offloads),
+        "num_prefix_entries_reloaded": sum(o.num_prefix_reloaded for o in offloads),
         "recompute_avoided_tokens": avoided,
         "recompute_avoided_tokens_per_gb": json_number(avoided / (moved / 1e9)) if moved else None,
         "backpressure_s": json_number(sum(o.backpressure_s for o in offloads)),

@@ -107,8 +107,10 @@ class Replica:
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )
-        self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers)
+        self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
         self.scheduler.offload = self.offload
+        if self.offload is not None and prefix_cache is not None:
+            self.offload.attach_cache(prefix_cache, cfg.block_size)
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -137,7 +139,10 @@ class Replica:
         if cache is not None:
             cache.check()
             assert 0 <= cache.lru_blocks <= self.pool.free, "cached-free blocks exceed free"
-            assert set(cache.held) <= set(self.running.ids.tolist()), "a freed request maps KV"
+            mapping = set(self.running.ids.tolist())
+            if self.offload is not None:
+                mapping |= {x.request_id for x in self.offload.loading}
+            assert set(cache.held) <= mapping, "a freed request maps KV"
         need = self.pool.blocks_for(self.running.num_computed)
         assert np.all(self.running.held_blocks >= need), "a request lacks blocks for its KV"
         assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"

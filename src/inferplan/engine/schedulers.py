@@ -115,6 +115,8 @@ class Scheduler:
         if max_entries <= 0:
             return 0, 0
         hits, shared = cache.lookup(rid, max_entries)
+        if self.offload is not None:  # entries after those may come back from a tier
+            hits += self.offload.prefix_tier_entries(cache.hashes[rid][hits:max_entries])
         return hits * entry_tokens, shared
 
     def _cache_chunks(self, sched: IntArray) -> None:
@@ -209,18 +211,38 @@ class Scheduler:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
                 entry_tokens = pool.cache.entry_blocks * pool.block_size
-                pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
+                in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
+                if in_hbm is None:
+                    continue  # the rest of its prefix comes back from a tier: it waits
                 pool.free -= held - hit // pool.block_size
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))
                 pool.cache.register(rid, end // entry_tokens)
-                self.records.cached_tokens[rid] += hit  # type: ignore[index]
-                self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
             run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
+
+    def _map_cached(self, rid: int, tokens: int, entries: int, held: int, now: float) -> int | None:
+        """Map the first ``entries`` prefix entries of an admitted request's prompt: those in
+        HBM directly; with KV tiers, those after them come back from a tier, so the request
+        gets its ``held`` blocks now and waits for the reads (None; ``engine/offload.py``)."""
+        cache = self.pool.cache
+        assert cache is not None
+        entry_tokens = cache.entry_blocks * self.pool.block_size
+        in_hbm = entries if self.offload is None else cache.lookup(rid, entries)[0]
+        self.pool.free -= cache.acquire(rid, in_hbm)
+        self.records.cached_tokens[rid] += in_hbm * entry_tokens  # type: ignore[index]
+        self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        if in_hbm == entries or self.offload is None:
+            return in_hbm
+        if math.isnan(self.records.first_scheduled_s[rid]):
+            self.records.first_scheduled_s[rid] = now
+        hit = entries * entry_tokens  # reads first: allocating may evict into the tiers
+        self.offload.begin_prefix_load(rid, cache.hashes[rid][in_hbm:entries], (hit, tokens), held)
+        self.pool.free -= held - in_hbm * cache.entry_blocks
+        return None
 
     # ---- running pass -----------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ sliding-window groups); hashes cover the prompt only, not generated tokens.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 
 class PrefixCache:
@@ -44,6 +45,8 @@ class PrefixCache:
         # Per running request: the hashes it references, in prompt order.
         self.held: dict[int, list[int]] = {}
         self.covered: dict[int, int] = {}  # per request: prompt entries already considered
+        # Called with each evicted hash (KV tiers keep a copy: ``engine/offload.py``).
+        self.on_evict: Callable[[int], None] | None = None
 
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
         """(entries of ``rid``'s prompt cached from the first, at most ``max_entries``; of
@@ -114,6 +117,8 @@ class PrefixCache:
             h, _ = self.lru.popitem(last=False)
             del self.refs[h]
             self.lru_blocks -= self.entry_blocks
+            if self.on_evict is not None:
+                self.on_evict(h)
 
     def check(self) -> None:
         assert all(c >= 0 for c in self.refs.values()), "negative reference count"

@@ -32,6 +32,14 @@ def kv_tier_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{section['recompute_avoided_tokens']:,}, {per_gb_text}",
         )
     )
+    if section["num_prefix_entries_offloaded"]:
+        rows.append(
+            (
+                "prefix entries offloaded / reloaded",
+                f"{section['num_prefix_entries_offloaded']:,}"
+                f" / {section['num_prefix_entries_reloaded']:,}",
+            )
+        )
     rows.append(("admission held by backpressure (s)", f"{section['backpressure_s']:,.2f}"))
     write, read = section["write_link_utilization"], section["read_link_utilization"]
     rows.append(("KV tier link utilization write / read", f"{write or 0:.1%} / {read or 0:.1%}"))
