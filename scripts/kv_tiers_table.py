@@ -7,7 +7,10 @@ total token throughput (prompt + output tokens of completed requests per second)
 no-tier run's, minus one. Usage::
 
     .venv/bin/python scripts/kv_tiers_table.py [--model M] [--gpu G] [--tp N] [--rate R]
-        [--num-prompts N]
+        [--num-prompts N] [--dataset-path TRACE]
+
+With ``--dataset-path`` the workload is that trace (``--dataset-name trace``; rate and count
+from the trace) instead of the reasoning dataset.
 """
 
 from __future__ import annotations
@@ -48,20 +51,24 @@ def main() -> int:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--dataset-path", default=None)
     args = parser.parse_args()
+    workload = ["--dataset-name", "reasoning", "--num-prompts", str(args.num_prompts)]
+    workload += ["--request-rate", str(args.rate)]
+    if args.dataset_path is not None:
+        workload = ["--dataset-name", "trace", "--dataset-path", args.dataset_path]
     base = [
         ".venv/bin/inferplan", "simulate", "--model", args.model, "--gpu", args.gpu,
-        "-tp", str(args.tp),
-        "--dataset-name", "reasoning", "--num-prompts", str(args.num_prompts),
-        "--request-rate", str(args.rate), "--json",
+        "-tp", str(args.tp), *workload, "--json",
     ]  # fmt: skip
     print(f"`{' '.join(base[:-1])} [flags]`\n")
     print(
         "| tiers | preemptions | offloaded / recompute cheaper | recomputed tokens | "
         "written GB (per tier) | read GB | recompute avoided tok/GB | backpressure s | "
-        "write util | mean TTFT s | mean TPOT ms | total tok/s | extra work |"
+        "write util | prefix entries down / up | HBM prefix hit rate | mean TTFT s | "
+        "mean TPOT ms | total tok/s | extra work |"
     )
-    print("|" + "---|" * 13)
+    print("|" + "---|" * 15)
     reference = None
     for label, flags in SETTINGS.items():
         s = run(base + flags)
@@ -82,10 +89,17 @@ def main() -> int:
             if t is None
             else (f"{t['num_offloaded']:,} / {t['num_not_offloaded_recompute_cheaper']:,}")
         )
+        entries = (
+            "-"
+            if t is None or "prefix_cache_hit_rate" not in s
+            else f"{t['num_prefix_entries_offloaded']:,} / {t['num_prefix_entries_reloaded']:,}"
+        )
+        hit_rate = s.get("prefix_cache_hit_rate")
+        hits = "-" if hit_rate is None else f"{hit_rate:.3f}"
         print(
             f"| {label} | {s['num_preemptions']:,} | {moved} | {s['recomputed_tokens']:,} | "
-            f"{written} | "
-            f"{read} | {per_gb} | {pressure} | {util} | {s['mean_ttft_ms'] / 1e3:.1f} | "
+            f"{written} | {read} | {per_gb} | {pressure} | {util} | {entries} | {hits} | "
+            f"{s['mean_ttft_ms'] / 1e3:.1f} | "
             f"{s['mean_tpot_ms']:.1f} | {throughput:,.0f} | {throughput / reference - 1:+.1%} |"
         )
     return 0

@@ -211,28 +211,28 @@ class KvOffload:
         prefill of its tokens), or when there is nothing to keep."""
         if computed <= 0 or blocks <= 0:
             return False
-        tier = self._tier_with_room(blocks)
+        tier = self._place(blocks, computed)
         if tier is None:
-            self.num_not_offloaded += 1
             return False
-        end = self._write(tier, blocks, computed)
-        if end is None:
-            self.num_recompute_cheaper += 1
-            return False
+        end = self._write(tier, blocks)
         self.stored[request_id] = StoredKv(tier, blocks, computed, end)
         self.num_offloaded += 1
         return True
 
-    def _tier_with_room(self, blocks: int) -> int | None:
-        """The fastest tier with ``blocks`` free, dropping its oldest prefix copies (they are
-        only a cache) if that makes room."""
+    def _place(self, blocks: int, tokens: int) -> int | None:
+        """The fastest tier that can take ``blocks`` (dropping its oldest prefix copies if that
+        makes room: they are only a cache) and where moving them beats recomputing their
+        ``tokens``; None (counted) if there is none."""
+        has_room = False
         for i in self.order:
-            if self.capacity_blocks[i] - self.used_blocks[i] >= blocks:
-                return i
-        for i in self.order:
-            mine = [h for h, (tier, _) in self.prefix.items() if tier == i]
             spare = self.capacity_blocks[i] - self.used_blocks[i]
+            mine = (
+                [h for h, (tier, _) in self.prefix.items() if tier == i] if spare < blocks else []
+            )
             if spare + len(mine) * self.cache_entry_blocks < blocks:
+                continue
+            has_room = True
+            if not self._worth_moving(i, blocks, tokens):
                 continue
             for h in mine:  # oldest first
                 if self.capacity_blocks[i] - self.used_blocks[i] >= blocks:
@@ -240,17 +240,26 @@ class KvOffload:
                 del self.prefix[h]
                 self.used_blocks[i] -= self.cache_entry_blocks
             return i
+        if has_room:
+            self.num_recompute_cheaper += 1
+        else:
+            self.num_not_offloaded += 1
         return None
 
-    def _write(self, tier: int, blocks: int, tokens: int) -> float | None:
-        """Queue the write of ``blocks`` holding ``tokens`` tokens to ``tier``; when it lands,
-        or None (nothing written) where moving them is slower than recomputing them."""
+    def _worth_moving(self, tier: int, blocks: int, tokens: int) -> bool:
+        """Writing ``blocks`` to ``tier`` behind the queue, at the capped bandwidth, and reading
+        them back take less than a prefill of their ``tokens`` alone."""
         num_bytes = blocks * self.cfg.block_bytes
         start = max(self.now, self.write_free_s)
         end = start + num_bytes / self.cfg.write_bytes_s(self.cfg.tiers[tier])
         read_s = num_bytes / self.cfg.tiers[tier].read_bytes_s
-        if end - self.now + read_s >= self._recompute_s(tokens):
-            return None
+        return end - self.now + read_s < self._recompute_s(tokens)
+
+    def _write(self, tier: int, blocks: int) -> float:
+        """Queue the write of ``blocks`` to ``tier``; when it lands."""
+        num_bytes = blocks * self.cfg.block_bytes
+        start = max(self.now, self.write_free_s)
+        end = start + num_bytes / self.cfg.write_bytes_s(self.cfg.tiers[tier])
         self.write_free_s = end
         self.pending_writes.append((start, end, blocks))
         self.write_busy.append((start, end))
@@ -278,10 +287,11 @@ class KvOffload:
         if entry_hash in self.prefix:  # a copy is already down there
             self.prefix.move_to_end(entry_hash)
             return
-        tier = self._tier_with_room(blocks)
-        end = None if tier is None else self._write(tier, blocks, self.entry_tokens)
-        if tier is not None and end is not None:
-            self.prefix[entry_hash] = (tier, end)
+        counts = self.num_recompute_cheaper, self.num_not_offloaded
+        tier = self._place(blocks, self.entry_tokens)
+        self.num_recompute_cheaper, self.num_not_offloaded = counts  # those count victims
+        if tier is not None:
+            self.prefix[entry_hash] = (tier, self._write(tier, blocks))
             self.num_prefix_offloaded += 1
 
     def prefix_tier_entries(self, hashes: tuple[int, ...]) -> int:
@@ -336,15 +346,27 @@ class KvOffload:
         entry = self.stored.get(request_id)
         return None if entry is None else min(entry.computed, tokens - 1)
 
-    def begin_load(self, request_id: int, computed: int, tokens: int, held_blocks: int) -> None:
-        """The request was admitted with ``held_blocks``: read its KV back."""
+    def begin_load(
+        self, request_id: int, loaded: tuple[int, int], held_blocks: int, in_hbm_tokens: int = 0
+    ) -> None:
+        """The request was admitted with ``held_blocks`` (``loaded``: its computed tokens once
+        back, and its tokens): read its KV back, less the first ``in_hbm_tokens`` that the
+        prefix cache still holds (whole blocks); its prompt entries are cached when it lands."""
+        computed, tokens = loaded
         entry = self.stored.pop(request_id)
-        end = self._read(entry.tier, entry.blocks, entry.landed_s)
+        skip = in_hbm_tokens // self.replica.cfg.block_size
+        end = self._read(entry.tier, max(entry.blocks - skip, 0), entry.landed_s)
+        entries = 0
+        if self.cache is not None:
+            prompt = int(self.replica.prompt_tokens[request_id])
+            entries = min(computed, prompt) // self.entry_tokens
         self.loading.append(
-            LoadingKv(request_id, computed, tokens, held_blocks, entry.tier, entry.blocks, end)
+            LoadingKv(
+                request_id, computed, tokens, held_blocks, entry.tier, entry.blocks, end, entries
+            )
         )
         self.num_reloaded += 1
-        self.reloaded_tokens += computed
+        self.reloaded_tokens += computed - in_hbm_tokens
 
     def write_wait_s(self, now: float, free_blocks: int) -> float:
         """How long after ``now`` until the unsafe blocks fit in ``free_blocks`` (every block

@@ -204,8 +204,7 @@ class Scheduler:
             hit, _ = self.prefix_hit(rid, tokens)
             held = pool.blocks_for_one(hit + chunk)
             if self.offload is not None and rid in self.offload.stored:
-                pool.free -= held  # it joins the batch when its KV is back
-                self.offload.begin_load(rid, hit, tokens, held)
+                self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
                 continue
             if pool.cache is None:
                 pool.free -= held
@@ -223,6 +222,23 @@ class Scheduler:
             run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
+
+    def _reload(self, rid: int, tokens: int, hit: int, held: int) -> None:
+        """Admit a request whose ``hit`` computed tokens are in a tier with ``held`` blocks;
+        prompt entries the prefix cache still holds are mapped, not read
+        (``engine/offload.py``)."""
+        cache, pool, offload = self.pool.cache, self.pool, self.offload
+        assert offload is not None
+        in_hbm = 0
+        if cache is not None:
+            entry_tokens = cache.entry_blocks * pool.block_size
+            prompt_entries = min(int(self.prompt_tokens[rid]), tokens - 1, hit) // entry_tokens
+            in_hbm = cache.lookup(rid, prompt_entries)[0] * entry_tokens
+            pool.free -= cache.acquire(rid, in_hbm // entry_tokens)
+            self.records.cached_tokens[rid] += in_hbm  # type: ignore[index]
+            self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        offload.begin_load(rid, (hit, tokens), held, in_hbm)  # reads first: allocating evicts
+        pool.free -= held - in_hbm // pool.block_size
 
     def _map_cached(self, rid: int, tokens: int, entries: int, held: int, now: float) -> int | None:
         """Map the first ``entries`` prefix entries of an admitted request's prompt: those in
