@@ -29,15 +29,12 @@ tolerance in absolute seconds broke epoch-time traces).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import re
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 from click.testing import CliRunner
@@ -46,6 +43,7 @@ from hypothesis import strategies as st
 
 from inferplan.cli import main
 from inferplan.limits import MAX_SPAN_S
+from time_limit import time_limit
 
 PROFILE = os.environ.get("INFERPLAN_FUZZ_PROFILE", "ci")
 _LONG = PROFILE == "long"
@@ -67,20 +65,6 @@ def fuzz_settings(ci_examples: int) -> settings:
 RUN_LIMIT_S = 60  # one command; the slowest valid draw takes about a second
 
 # ---- running one command and checking the contract -------------------------------------------
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"did not finish within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def invoke(argv: list[str]) -> tuple[int, str, str]:

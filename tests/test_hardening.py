@@ -7,12 +7,8 @@ does not fit exits 1; a completed run exits 0; nothing is a traceback (``docs/er
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -22,6 +18,7 @@ from inferplan import cli
 from inferplan.cli import main
 from inferplan.memory.plan import MemoryConfig
 from inferplan.plan.validation import Deployment, _plan
+from time_limit import time_limit
 
 LLAMA = ["--model", "Llama-3.1-8B", "--gpu", "h100"]
 TINY_CONFIG: dict[str, Any] = {
@@ -34,22 +31,6 @@ TINY_CONFIG: dict[str, Any] = {
     "vocab_size": 1000,
     "max_position_embeddings": 2048,
 }
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """A run that does not end is a failure, not a hung test suite."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"did not finish within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

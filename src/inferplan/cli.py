@@ -28,6 +28,7 @@ from inferplan.cli_checks import (
     int_list,
     percentile_list,
 )
+from inferplan.cli_classpools import ClassPoolFlags, classpool_options, pooled_run
 from inferplan.cli_disagg import DisaggFlags, disagg_options, simulate_disaggregated
 from inferplan.cli_flags import (
     DeploymentFlags,
@@ -37,6 +38,7 @@ from inferplan.cli_flags import (
     workload_options,
 )
 from inferplan.cli_plan import plan
+from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
@@ -45,6 +47,7 @@ from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
 from inferplan.memory.advice import does_not_fit_message
+from inferplan.memory.prefixcache import replica_hits_json
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import efficiency_for
@@ -206,7 +209,8 @@ def roofline(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     default=None,
     help="vLLM v1 automatic prefix caching of full prompt blocks (on by default with --engine "
-    "vllm; needs prompt-block hashes, e.g. the Mooncake trace's hash_ids)",
+    "vllm; needs prompt-block hashes: the Mooncake trace's hash_ids, --random-prefix-len, or a "
+    "session_id column)",
 )
 @click.option(
     "--max-concurrency",
@@ -222,12 +226,16 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@classpool_options
+@prefix_options
 @kv_tier_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    classpool: ClassPoolFlags,
+    prefix: PrefixFlags,
     tiers: KvTierFlags,
     max_concurrency: int | None,
     scheduler: str,
@@ -262,10 +270,18 @@ def simulate(
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
         "decode": pools.PoolShape(disagg.decode_gpu, disagg.decode_tp, disagg.decode_dp),
     }
+    classpool.check_with(disagg.disaggregate)
     pools.check_flags(disagg.disaggregate, shapes, disagg.given(), options)
     if disagg.disaggregate:
         data = simulate_disaggregated(
-            deployment, shapes, disagg, workload.build(), options, moe_skew, percentiles, goodput
+            deployment,
+            shapes,
+            disagg,
+            prefix.build(workload),
+            options,
+            moe_skew,
+            percentiles,
+            goodput,
         )
         _show(data, json_out, simulate_tables)
         return
@@ -276,7 +292,7 @@ def simulate(
     check_prefill_first_budget(scheduler, budget, plan.max_model_len)
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
-    requests = workload.build()
+    requests = prefix.build(workload)
     options = replace(options, data_parallel_size=plan.parallelism.num_replicas)
     tokens = requests.input_tokens + requests.output_tokens
     step_model = deployment.step_model(
@@ -285,7 +301,10 @@ def simulate(
         class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
     )
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
-        result = run_simulation(plan, step_model, requests, options, advance)
+        if classpool.pools is not None:
+            result, pooled = pooled_run(classpool, plan, step_model, requests, options, advance)
+        else:
+            result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
     traces = result.traces
     summary = summarize(
         result.records,
@@ -299,6 +318,9 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    summary.update(pooled)  # with --pools: the class_pools section
+    if result.records.cached_tokens is not None:
+        summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
     summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
     _show(summary, json_out, simulate_tables)
 

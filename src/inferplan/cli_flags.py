@@ -241,6 +241,7 @@ class WorkloadFlags:
     request_rate: float | None
     burstiness: float
     seed: int
+    reasoning_share: float | None = None  # --dataset-name mixed
 
     def check(self) -> None:
         check_name("--dataset-path", self.dataset_path)
@@ -409,7 +410,7 @@ workload_options = option_group(
             "--dataset-name",
             default="random",
             show_default=True,
-            help="random|trace|servegen|reasoning",
+            help="random|trace|servegen|reasoning|mixed",
         ),
         click.option(
             "--dataset-path", default=None, help="Trace file or bundled trace name (see README)"
@@ -440,6 +441,12 @@ workload_options = option_group(
         ),
         click.option(
             "--seed", type=bounded(0, MAX_SEED, limit="MAX_SEED"), default=0, show_default=True
+        ),
+        click.option(
+            "--reasoning-share",
+            type=bounded(0, 1, is_int=False),
+            default=None,
+            help="--dataset-name mixed: share of reasoning requests (default 0.3; the rest chat)",
         ),
     ],
     WorkloadFlags,

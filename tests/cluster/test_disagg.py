@@ -178,7 +178,6 @@ def test_cli_json_has_kv_transfer_and_pools(capsys: pytest.CaptureFixture[str]) 
         (["--disaggregate", "--decode-tp", "0"], "--decode-tp"),
         (["--disaggregate", "--scheduler", "static"], "--disaggregate"),
         (["--disaggregate", "--decode-gpu", "nosuch"], "--decode-gpu"),
-        (["--disaggregate", "--enable-prefix-caching"], "--enable-prefix-caching"),
     ],
 )
 def test_cli_bad_disaggregation_flags(

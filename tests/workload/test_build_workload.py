@@ -20,7 +20,7 @@ def assert_same(a: Workload, b: Workload) -> None:
 
 
 def test_dataset_names_mirror_vllm() -> None:
-    assert set(DATASETS) == {"random", "trace", "servegen", "reasoning"}
+    assert set(DATASETS) == {"random", "trace", "servegen", "reasoning", "mixed"}
 
 
 def test_random_defaults_are_vllms() -> None:

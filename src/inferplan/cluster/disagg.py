@@ -16,6 +16,12 @@ A request runs in three stages, each on its own resources:
    it decodes from its second token on. A request preempted on the decode pool recomputes its
    prompt and output there (vLLM v1 recomputes; nothing goes back to the prefill pool).
 
+**Prefix caching** (vLLM v1's, on by default) runs on the prefill pool only: each prefill
+replica caches the prompt blocks it computed (``memory/prefixcache.py``), so a hit shortens the
+prefill's compute. The decode pool caches nothing, so the transfer still ships the whole
+prompt's KV: vLLM's NIXL connector lets a decode instance pull only the blocks its own prefix
+cache lacks, which is not modelled (so the link's load is an upper bound with shared prefixes).
+
 **TTFT** follows SGLang's disaggregated mode: the client streams from the decode server, which
 returns the prefill's first token once the KV transfer has completed, so the first token counts
 at the transfer's end (prefill + transfer wait + wire time). The gap to the second token counts
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -114,9 +120,16 @@ class DisaggResult:
 
 
 def _subset(
-    workload: Workload, ids: np.ndarray, arrival_s: np.ndarray, output: np.ndarray
+    workload: Workload,
+    ids: np.ndarray,
+    arrival_s: np.ndarray,
+    output: np.ndarray,
+    *,
+    keep_hashes: bool = False,
 ) -> Workload:
-    """Rows ``ids`` of a workload, with new arrival times and output lengths."""
+    """Rows ``ids`` of a workload, with new arrival times and output lengths (and their
+    prompt-block hashes if ``keep_hashes``: the prefill pool's prefix caches use them)."""
+    hashes = workload.prefix_hashes if keep_hashes else None
     return Workload(
         arrival_s=arrival_s,
         input_tokens=workload.input_tokens[ids],
@@ -124,6 +137,8 @@ def _subset(
         class_ids=workload.class_ids[ids],
         class_names=workload.class_names,
         priorities=None if workload.priorities is None else workload.priorities[ids],
+        prefix_hashes=None if hashes is None else tuple(hashes[i] for i in ids.tolist()),
+        prefix_block_tokens=None if hashes is None else workload.prefix_block_tokens,
         source=workload.source,
     )
 
@@ -161,10 +176,10 @@ def simulate_disaggregated(
     accepted = np.flatnonzero(total <= decode.config.max_model_len)
 
     # 1. Prefill: every accepted request, one output token.
-    p_wl = _subset(
-        workload, accepted, workload.arrival_s[accepted], np.ones(len(accepted), np.int64)
-    )
+    ones = np.ones(len(accepted), np.int64)
+    p_wl = _subset(workload, accepted, workload.arrival_s[accepted], ones, keep_hashes=True)
     p_res = Simulation(p_wl, prefill.config, prefill.model).run()
+    rec = _with_prefix_cache(rec, accepted, p_res.records)
     p_rec, p_times = p_res.records, _merge_prefill(rec, accepted, p_res, t0)
 
     # 2. KV transfer, in the order prefills end (ties: request order).
@@ -204,6 +219,19 @@ def _empty_records(workload: Workload, t0: float) -> RequestRecords:
     rec.requested_output_tokens[:] = workload.output_tokens
     rec.status[:] = int(RequestStatus.REJECTED)
     return rec
+
+
+def _with_prefix_cache(
+    rec: RequestRecords, accepted: np.ndarray, p_rec: RequestRecords
+) -> RequestRecords:
+    """The combined records with the prefill pool's prefix-cache counts, when it cached."""
+    if p_rec.cached_tokens is None or p_rec.prefix_queried_tokens is None:
+        return rec
+    cached = np.zeros(rec.num_requests, dtype=np.int64)
+    queried = np.zeros(rec.num_requests, dtype=np.int64)
+    cached[accepted] = p_rec.cached_tokens
+    queried[accepted] = p_rec.prefix_queried_tokens
+    return replace(rec, cached_tokens=cached, prefix_queried_tokens=queried)
 
 
 def _merge_prefill(

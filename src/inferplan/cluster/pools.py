@@ -26,6 +26,7 @@ from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.plan import MemoryPlan
+from inferplan.memory.prefixcache import replica_hits_json
 from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.perf.protocol import StepTimeModel
@@ -73,11 +74,6 @@ def check_flags(
             "--disaggregate: emulated with vLLM v1's scheduler (--engine vllm, "
             "--scheduler continuous) on both pools"
         )
-    if options.enable_prefix_caching:
-        raise InferplanError(
-            "--enable-prefix-caching: not emulated with --disaggregate yet (the decode pool "
-            "receives whole prompts' KV); drop the flag"
-        )
     if options.kv_tiers:
         raise InferplanError("--kv-tiers: not emulated with --disaggregate yet; drop the flag")
     for name, shape in shapes.items():
@@ -94,9 +90,11 @@ def build_pool(
 ) -> PoolBuild:
     if not plan.fits:
         raise DoesNotFitError(f"{name} pool: {does_not_fit_message(plan)}")
-    # Prefix caching is not emulated across pools (check_flags refuses asking for it).
+    # Prefix caching runs on the prefill pool only (``disagg.py``): the decode pool receives
+    # each prompt's whole KV.
+    caching = options.prefix_caching and name == "prefill"
     pool_options = replace(
-        options, data_parallel_size=plan.parallelism.num_replicas, enable_prefix_caching=False
+        options, data_parallel_size=plan.parallelism.num_replicas, enable_prefix_caching=caching
     )
     return PoolBuild(plan, model, Pool(name, simulation_config(plan, pool_options), model))
 
@@ -183,4 +181,19 @@ def pool_json(name: str, build: PoolBuild, stage: SimulationResult) -> dict[str,
         "num_steps": stage.num_steps,
         "kv_usage": None if usage is None else {"mean": usage.mean, "max": usage.max},
         **latency,
+        **prefix_cache_json(stage),
+    }
+
+
+def prefix_cache_json(stage: SimulationResult) -> dict[str, Any]:
+    """A pool's prefix-cache totals and per-replica hits, when its replicas cached (the
+    prefill pool)."""
+    rec = stage.records
+    if rec.cached_tokens is None or rec.prefix_queried_tokens is None:
+        return {}
+    cached, queried = int(rec.cached_tokens.sum()), int(rec.prefix_queried_tokens.sum())
+    return {
+        "cached_tokens": cached,
+        "prefix_cache_hit_rate": cached / queried if queried else None,
+        "prefix_cache_replicas": replica_hits_json(stage.prefix_caches),
     }

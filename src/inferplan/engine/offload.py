@@ -183,6 +183,7 @@ class KvOffload:
             self.used_blocks[x.tier] -= x.tier_blocks
             if self.cache is not None and x.register_entries:
                 self.cache.register(x.request_id, x.register_entries)
+                self.cache.evict_to(replica.pool.free)
         self.loading = keep
         n = len(run)
         if n:
@@ -277,7 +278,7 @@ class KvOffload:
     def attach_cache(self, cache: PrefixCache, block_size: int) -> None:
         """Keep copies of the entries ``cache`` evicts (vLLM v1's LRU of freed blocks)."""
         self.cache = cache
-        self.entry_tokens = cache.entry_blocks * block_size
+        self.entry_tokens = cache.entry_kv_blocks * block_size
         cache.on_evict = self.store_prefix
 
     def store_prefix(self, entry_hash: int) -> None:

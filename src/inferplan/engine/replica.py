@@ -30,7 +30,7 @@ from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
-from inferplan.memory.prefixcache import PrefixCache
+from inferplan.memory.prefixcache import PrefixCache, regroup_hashes, windowed_prefix_cache
 from inferplan.memory.tiers import OffloadConfig
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
@@ -60,14 +60,19 @@ class SchedulerConfig:
 
 def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:
     """A replica's prefix cache (``memory/prefixcache.py``), or None where it does not apply:
-    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, a
-    pool with sliding-window layers, or hash blocks that are not whole KV blocks."""
+    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, or a
+    pool without full-attention layers. Hash blocks that are not whole KV blocks are regrouped
+    into entries of ``lcm(hash block, KV block)`` tokens."""
     hashes, entry_tokens = workload.prefix_hashes, workload.prefix_block_tokens
     if not cfg.enable_prefix_caching or cfg.scheduler != "continuous" or hashes is None:
         return None
-    if cfg.kv_groups != FULL_ATTENTION or not entry_tokens or entry_tokens % cfg.block_size:
+    if not entry_tokens:
         return None
-    return PrefixCache(hashes, entry_tokens // cfg.block_size)
+    hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)
+    kv_blocks = entry_tokens // cfg.block_size
+    if cfg.kv_groups == FULL_ATTENTION:
+        return PrefixCache(hashes, kv_blocks)
+    return windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
 
 
 class Replica:
@@ -109,8 +114,11 @@ class Replica:
         )
         self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
         self.scheduler.offload = self.offload
-        if self.offload is not None and prefix_cache is not None:
-            self.offload.attach_cache(prefix_cache, cfg.block_size)
+        # Copies of evicted entries: full-attention pools only (a windowed hit needs its
+        # windowed parts in HBM, which are not copied).
+        cache = prefix_cache
+        if self.offload is not None and cache is not None and cache.window_entries is None:
+            self.offload.attach_cache(cache, cfg.block_size)
 
     # ---- state ----------------------------------------------------------------------------
 

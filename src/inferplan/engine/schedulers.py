@@ -110,7 +110,7 @@ class Scheduler:
         cache = self.pool.cache
         if cache is None:
             return 0, 0
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0
@@ -123,11 +123,12 @@ class Scheduler:
         """Cache the full prompt entries the running rows' chunks of this step complete."""
         cache, run = self.pool.cache, self.running
         assert cache is not None
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         prompt = self.prompt_tokens[run.ids]
         for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
             end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
             cache.register(int(run.ids[row]), end // entry_tokens)
+        cache.evict_to(self.pool.free)  # windowed parts just cached may not fit the free pool
 
     def release_blocks(self, rid: int, held: int) -> None:
         """A request gives back the ``held`` blocks its sequence maps."""
@@ -209,13 +210,14 @@ class Scheduler:
             if pool.cache is None:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
-                entry_tokens = pool.cache.entry_blocks * pool.block_size
+                entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
                 in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
                 if in_hbm is None:
                     continue  # the rest of its prefix comes back from a tier: it waits
-                pool.free -= held - hit // pool.block_size
+                pool.free -= held - in_hbm * pool.cache.entry_blocks
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))
                 pool.cache.register(rid, end // entry_tokens)
+                pool.cache.evict_to(pool.free)
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
@@ -230,13 +232,15 @@ class Scheduler:
         cache, pool, offload = self.pool.cache, self.pool, self.offload
         assert offload is not None
         in_hbm = 0
-        if cache is not None:
-            entry_tokens = cache.entry_blocks * pool.block_size
+        if cache is not None and cache.window_entries is None:  # windowed pools: read it all
+            entry_tokens = cache.entry_kv_blocks * pool.block_size
             prompt_entries = min(int(self.prompt_tokens[rid]), tokens - 1, hit) // entry_tokens
             in_hbm = cache.lookup(rid, prompt_entries)[0] * entry_tokens
             pool.free -= cache.acquire(rid, in_hbm // entry_tokens)
             self.records.cached_tokens[rid] += in_hbm  # type: ignore[index]
             self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+            cache.cached_tokens += in_hbm
+            cache.queried_tokens += tokens
         offload.begin_load(rid, (hit, tokens), held, in_hbm)  # reads first: allocating evicts
         pool.free -= held - in_hbm // pool.block_size
 
@@ -246,11 +250,13 @@ class Scheduler:
         gets its ``held`` blocks now and waits for the reads (None; ``engine/offload.py``)."""
         cache = self.pool.cache
         assert cache is not None
-        entry_tokens = cache.entry_blocks * self.pool.block_size
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         in_hbm = entries if self.offload is None else cache.lookup(rid, entries)[0]
         self.pool.free -= cache.acquire(rid, in_hbm)
         self.records.cached_tokens[rid] += in_hbm * entry_tokens  # type: ignore[index]
         self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += in_hbm * entry_tokens
+        cache.queried_tokens += tokens
         if in_hbm == entries or self.offload is None:
             return in_hbm
         if math.isnan(self.records.first_scheduled_s[rid]):

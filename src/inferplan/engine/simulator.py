@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
+from inferplan.memory.prefixcache import PrefixCache
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -69,6 +70,8 @@ class SimulationResult:
     # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
     # it (add it back to show trace times).
     time_offset_s: float = 0.0
+    # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
+    prefix_caches: list[PrefixCache | None] = field(default_factory=list)
     kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
 
 
@@ -179,12 +182,17 @@ class Simulation:
             self.num_done += 1
             return
         self.in_flight += 1
-        index = ROUTERS[self.cfg.router](self.replicas, self.num_routed)
-        self.num_routed += 1
-        replica = self.replicas[index]
+        replica = self.replicas[self._route(rid)]
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
+
+    def _route(self, rid: int) -> int:
+        """The replica for request ``rid``: the router over every replica (class pools route
+        within the request's pool: ``cluster/classpools.py``)."""
+        index = ROUTERS[self.cfg.router](self.replicas, self.num_routed)
+        self.num_routed += 1
+        return index
 
     def _kv_blocks_at_end(self, prompt: int, output: int) -> int:
         """Pool blocks a request holds at its largest: its whole prompt + output where
@@ -314,6 +322,7 @@ class Simulation:
             num_steps=sum(r.num_steps for r in self.replicas),
             idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
             time_offset_s=self.time_offset_s,
+            prefix_caches=[r.pool.cache for r in self.replicas],
             kv_tiers=self._kv_tiers(duration),
         )
 

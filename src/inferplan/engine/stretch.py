@@ -50,19 +50,45 @@ class DecodeStretches:
         block_end = r.scheduler.steps_to_scheduling_point()
         if block_end is not None:
             k = min(k, block_end)
+        if r.pool.cache is not None:
+            k = min(k, self._steps_before_head_hit_shrinks(k))
         k, k_pool = self._steps_before_pool_runs_out(k)
         return min(k, k_pool), a, b, k_pool < k
 
-    def _steps_before_pool_runs_out(self, k: int) -> tuple[int, int]:
+    def _steps_before_head_hit_shrinks(self, k: int) -> int:
+        """Steps (at most ``k``) before the stretch's new blocks evict a cached block the queue
+        head's prefix hit uses. A smaller hit can let the head in (its hit blocks on the LRU
+        list count as allocations, and its chunk then ends earlier), so admission is not
+        monotone in the free pool under prefix caching: the stretch stops there."""
+        r = self.replica
+        cache, pool, run = r.pool.cache, r.pool, r.running
+        if cache is None or not len(r.waiting):
+            return k
+        rid, tokens = r.waiting.peek()
+        hit, _ = r.scheduler.prefix_hit(rid, tokens)
+        if not hit:
+            return k
+        spare = pool.free - cache.lru_blocks  # blocks handed out before anything is evicted
+        consumed = int((pool.blocks_for(run.num_computed + k) - run.held_blocks).sum())
+        if spare >= consumed:
+            return k
+        keys = cache.hit_keys(rid, hit // (cache.entry_kv_blocks * pool.block_size))
+        allowed = spare + cache.blocks_before(keys, consumed - spare)
+        if allowed >= consumed:
+            return k
+        return self._steps_before_pool_runs_out(k, free=allowed)[1]
+
+    def _steps_before_pool_runs_out(self, k: int, free: int | None = None) -> tuple[int, int]:
         """(k, k_pool): the stretch's length, shortened where the pool's crossing costs change,
-        and the first step whose block allocation fails (``>= k`` when none in ``k`` steps).
+        and the first step whose block allocation fails (``>= k`` when none in ``k`` steps), in
+        a pool of ``free`` blocks (default: the free pool).
         Every row crosses into a new block once per ``block_size`` steps, at its offset
         ``(-computed) mod block_size``; a round of crossings costs the sum of the rows' costs,
         so ``free // round`` rounds succeed and, within the next, the first crossing (in offset
         order) that the rest of the pool cannot cover fails."""
         r = self.replica
         run, pool, block = r.running, r.pool, r.cfg.block_size
-        free, n = pool.free, len(run)
+        free, n = pool.free if free is None else free, len(run)
         if pool.is_uniform:  # every crossing costs one block: a partial sort finds it
             full_rounds = (free // n) * block
             if full_rounds >= k:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from inferplan.report.classpools import class_pools_tables
 from inferplan.report.experts import expert_rank_table
 from inferplan.report.kvtiers import kv_tier_rows
 
@@ -30,6 +31,8 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
         ("recomputed tokens", f"{summary['recomputed_tokens']:,}"),
         ("swapped bytes", f"{summary['swapped_bytes']:,}"),
     ]
+    if summary.get("prefix_cache_hit_rate") is not None:
+        rows.append(("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}"))
     kv = summary.get("kv_usage")
     if kv:
         rows.append(("KV usage mean / max", f"{kv['mean']:.1%} / {kv['max']:.1%}"))
@@ -67,10 +70,11 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
             _ms(None if row["tpot_s"].get("p50") is None else row["tpot_s"]["p50"] * 1e3),
             _s(row["e2el_s"].get("p99")),
         )
+    pooled = [class_pools_tables(summary["class_pools"])] if "class_pools" in summary else []
     experts = summary.get("expert_parallel")
     if experts:
-        return Group(head, lat, buckets, expert_rank_table(experts))
-    return Group(head, lat, buckets)
+        return Group(head, lat, buckets, expert_rank_table(experts), *pooled)
+    return Group(head, lat, buckets, *pooled)
 
 
 def _s(value: float | None) -> str:

@@ -1,7 +1,8 @@
 """The one front door to workloads, shaped like ``vllm bench serve --dataset-name``.
 
-Owns ``build_workload``: a dataset name (``random``, ``trace``, ``servegen``, ``reasoning``) and
-vLLM-named options -> a ``Workload``. One small builder per dataset, in a name -> function dict.
+Owns ``build_workload``: a dataset name (``random``, ``trace``, ``servegen``, ``reasoning``,
+``mixed``) and vLLM-named options -> a ``Workload``. One small builder per dataset, in a
+name -> function dict.
 
 Defaults and rules:
 
@@ -16,6 +17,8 @@ Defaults and rules:
   Outputs: the long/short mix (``reasoning_long_fraction``, default 0.45 above 5,000 tokens), or,
   when ``random_output_len`` is given instead, a lognormal with that mean and ``output_sigma``;
   both are capped at ``max_output_tokens``.
+- ``mixed``: chat and reasoning classes, ``reasoning_share`` (default 0.3) of them reasoning
+  (``workload/mixed.py``: Azure-conversation-like chat, the ``reasoning`` dataset's lengths).
 - Synthetic arrivals default to ``request_rate=inf`` (all at 0), as in vLLM.
 
 Seeds: lengths come from ``numpy.random.default_rng(seed)``, the stream vLLM's random dataset
@@ -27,13 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from inferplan.errors import InferplanError
-from inferplan.workload import synthetic
+from inferplan.workload import mixed, synthetic
 from inferplan.workload.bundled import resolve_trace_path
 from inferplan.workload.request import IntArray, Workload
 from inferplan.workload.servegen import load_servegen, sample_servegen
@@ -55,6 +58,7 @@ class DatasetOptions:
     reasoning_long_fraction: float | None
     max_output_tokens: int
     output_sigma: float
+    reasoning_share: float | None = None
 
 
 def build_workload(
@@ -71,6 +75,7 @@ def build_workload(
     reasoning_long_fraction: float | None = None,
     max_output_tokens: int = 32768,
     output_sigma: float = 1.0,
+    reasoning_share: float | None = None,
 ) -> Workload:
     """The workload ``vllm bench serve --dataset-name <dataset_name>`` would send (module doc)."""
     builder = DATASETS.get(dataset_name)
@@ -90,7 +95,10 @@ def build_workload(
         reasoning_long_fraction=reasoning_long_fraction,
         max_output_tokens=max_output_tokens,
         output_sigma=output_sigma,
+        reasoning_share=reasoning_share,
     )
+    if reasoning_share is not None and dataset_name != "mixed":
+        raise InferplanError(f"--reasoning-share does not apply to --dataset-name {dataset_name}")
     return builder(options)
 
 
@@ -168,6 +176,30 @@ def _reasoning(options: DatasetOptions) -> Workload:
     return _synthetic_workload(options, (input_tokens, output_tokens), "reasoning", note)
 
 
+def _mixed(options: DatasetOptions) -> Workload:
+    """Chat and reasoning classes in one stream (``workload/mixed.py``)."""
+    _reject(options, "mixed", "dataset_path", "random_input_len", "random_output_len")
+    _reject(options, "mixed", "random_range_ratio")
+    lengths_rng, _ = _streams(options.seed)
+    num_prompts = synthetic.check_count(
+        1000 if options.num_prompts is None else options.num_prompts, "--num-prompts"
+    )
+    share = (
+        mixed.DEFAULT_REASONING_SHARE
+        if options.reasoning_share is None
+        else mixed.check_share(options.reasoning_share)
+    )
+    long_share = options.reasoning_long_fraction
+    long_share = 0.45 if long_share is None else long_share
+    cap = synthetic.check_count(options.max_output_tokens, "--max-output-tokens")
+    inputs, outputs, class_ids = mixed.mixed_lengths(
+        num_prompts, share, lengths_rng, long_fraction=long_share, max_tokens=cap
+    )
+    note = f"mixed: {share:.0%} reasoning ({long_share:.0%} of them above 5000 tokens), chat"
+    workload = _synthetic_workload(options, (inputs, outputs), "mixed", note)
+    return replace(workload, class_ids=class_ids, class_names=mixed.CLASS_NAMES)
+
+
 def _servegen(options: DatasetOptions) -> Workload:
     unused = ("random_input_len", "random_output_len", "random_range_ratio")
     _reject(options, "servegen", *unused, "reasoning_long_fraction")
@@ -225,4 +257,5 @@ DATASETS: dict[str, Callable[[DatasetOptions], Workload]] = {
     "trace": _trace,
     "servegen": _servegen,
     "reasoning": _reasoning,
+    "mixed": _mixed,
 }

@@ -15,7 +15,9 @@ Formats and sources (columns as documented by each upstream project):
 - ``vidur_lengths``: Vidur's length-only traces (e.g. arxiv summarization): the same token columns
   plus ``num_total_tokens``, ``pd_ratio`` and no arrival times (every request arrives at 0).
 - ``csv`` and ``jsonl``: inferplan's plain format, ``arrival_s``, ``input_tokens``,
-  ``output_tokens`` and optional ``class`` and ``priority`` (lower runs first, as in vLLM).
+  ``output_tokens`` and optional ``class``, ``priority`` (lower runs first, as in vLLM) and
+  ``session_id`` (requests of one conversation: each turn's prompt continues the previous
+  turn's prompt + output, which gives them prefix hashes, ``prefixes.session_hashes``).
 - ``mooncake``: Mooncake traces (kvcache-ai/Mooncake, FAST'25): ``timestamp`` (ms),
   ``input_length``, ``output_length`` and ``hash_ids``, one id per 512-token prompt block.
 """
@@ -44,6 +46,8 @@ class TraceFormat:
     prefix_hash_key: str | None = None
     prefix_block_tokens: int | None = None
     extra_keys: tuple[str, ...] = ()  # other columns that identify the format
+    # Conversation id: a session's requests are turns sharing their prefix (``prefixes.py``).
+    session_key: str | None = None
 
     @property
     def required_keys(self) -> tuple[str, ...]:
@@ -52,7 +56,7 @@ class TraceFormat:
 
     @property
     def known_keys(self) -> tuple[str, ...]:
-        optional = (self.class_key, self.priority_key, self.prefix_hash_key)
+        optional = (self.class_key, self.priority_key, self.prefix_hash_key, self.session_key)
         return (
             self.required_keys + tuple(key for key in optional if key is not None) + self.extra_keys
         )
@@ -95,6 +99,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
             output_key="output_tokens",
             class_key="class",
             priority_key="priority",
+            session_key="session_id",
         ),
         TraceFormat(
             name="mooncake",
@@ -114,6 +119,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
             output_key="output_tokens",
             class_key="class",
             priority_key="priority",
+            session_key="session_id",
         ),
     )
 }

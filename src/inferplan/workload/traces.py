@@ -26,6 +26,7 @@ from inferplan.errors import InferplanError
 from inferplan.limits import MAX_SPAN_S, span_years
 from inferplan.textfile import parse_json, read_user_text
 from inferplan.workload import fields
+from inferplan.workload.prefixes import HASH_BLOCK_TOKENS, session_hashes
 from inferplan.workload.request import Workload
 from inferplan.workload.trace_formats import (
     TRACE_FORMATS,
@@ -186,6 +187,7 @@ class _Columns:
         self.priorities: list[int] = []  # 0 where a row has none, vLLM's default
         self.has_priorities = False
         self.prefix_hashes: list[tuple[int, ...]] = []
+        self.session_ids: list[str | None] = []  # None: a row without a session
 
     def add(self, line: int, record: Record) -> None:
         fmt, path = self.fmt, self.path
@@ -207,6 +209,9 @@ class _Columns:
             self.priorities.append(priority)
         if fmt.prefix_hash_key is not None:
             self._add_hashes(line, record, fmt.prefix_hash_key)
+        if fmt.session_key is not None:
+            raw = record.get(fmt.session_key.lower())
+            self.session_ids.append(None if raw is None or str(raw) == "" else str(raw))
         self.lines.append(line)
 
     def _get(self, line: int, record: Record, key: str) -> object:
@@ -279,15 +284,23 @@ class _Columns:
             np.asarray(self.priorities, dtype=np.int64)[order] if self.has_priorities else None
         )
         hashes = tuple(self.prefix_hashes[i] for i in order) if self.prefix_hashes else None
+        input_tokens = np.asarray(self.input_tokens, dtype=np.int64)[order]
+        output_tokens = np.asarray(self.output_tokens, dtype=np.int64)[order]
+        block_tokens = self.fmt.prefix_block_tokens
+        if any(s is not None for s in self.session_ids):
+            sessions = [self.session_ids[i] for i in order]
+            hashes = session_hashes(sessions, input_tokens, output_tokens)
+            block_tokens = HASH_BLOCK_TOKENS
+            notes += (f"{len(set(sessions) - {None})} sessions: turns share their prefixes",)
         return Workload(
             arrival_s=arrival_s[order],
-            input_tokens=np.asarray(self.input_tokens, dtype=np.int64)[order],
-            output_tokens=np.asarray(self.output_tokens, dtype=np.int64)[order],
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
             class_ids=class_ids[order],
             class_names=names,
             priorities=priorities,
             prefix_hashes=hashes,
-            prefix_block_tokens=self.fmt.prefix_block_tokens if hashes is not None else None,
+            prefix_block_tokens=block_tokens if hashes is not None else None,
             source=self.path.name,
             notes=(f"format {self.fmt.name}", *notes),
         )
