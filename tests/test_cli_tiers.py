@@ -80,6 +80,7 @@ def test_no_flag_no_section(capsys: pytest.CaptureFixture[str]) -> None:
         (["--kv-tiers", "host:1TB", "--engine", "trtllm"], "--kv-tiers"),
         (["--kv-tiers", "host:1TB", "--scheduler", "static"], "--kv-tiers"),
         (["--kv-tiers", "host:1TB", "--disaggregate"], "--kv-tiers"),
+        (["--kv-tiers", "host:1TB", "--admission", "reserve-max"], "--kv-tiers"),
     ],
 )
 def test_bad_tier_flags(capsys: pytest.CaptureFixture[str], extra: list[str], flag: str) -> None:

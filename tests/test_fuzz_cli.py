@@ -398,6 +398,14 @@ SIMULATE_FLAGS = {
     "--router": options("round_robin", "least_outstanding", bad=("x",)),
     "--metric-percentiles": mostly(choice("99", "50,90,99", "99.9", ""), ["150", "-1", "nan", "a"]),
     "--moe-skew": floats(0, 5),
+    # Admission control (cli_admission.py): knobs without their policy must fail cleanly too.
+    "--admission": options("reserve-none", "reserve-max", "quantile", "token-budget", bad=("x",)),
+    "--admission-quantile": floats(0.01, 0.99),
+    "--admission-headroom": floats(0, 0.5),
+    "--on-exhaustion": options("queue", "reject", "truncate", "preempt", bad=("x",)),
+    "--length-predictor": options("oracle", "class", "noisy", bad=("x",)),
+    "--predictor-sigma": floats(0, 3),
+    "--spf-aging-s": floats(0.001, 1e4),
 }
 GOODPUT = mostly(
     st.tuples(choice("ttft", "tpot", "e2el"), st.floats(0, 1e5)).map(lambda p: f"{p[0]}:{p[1]!r}"),

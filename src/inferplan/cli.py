@@ -18,6 +18,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
+from inferplan.cli_admission import AdmissionFlags, admission_keys, admission_options
 from inferplan.cli_checks import (
     Bound,
     bounded,
@@ -226,6 +227,7 @@ def roofline(
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
 @disagg_options
+@admission_options
 @classpool_options
 @prefix_options
 @kv_tier_options
@@ -234,6 +236,7 @@ def simulate(
     deployment: DeploymentFlags,
     workload: WorkloadFlags,
     disagg: DisaggFlags,
+    admission: AdmissionFlags,
     classpool: ClassPoolFlags,
     prefix: PrefixFlags,
     tiers: KvTierFlags,
@@ -264,6 +267,7 @@ def simulate(
         engine=deployment.engine,
         num_scheduler_steps=num_scheduler_steps,
         enable_prefix_caching=enable_prefix_caching,
+        admission=admission.config(scheduling_policy, workload.seed, disagg.disaggregate),
         **tiers.serving_fields(),
     )
     shapes = {
@@ -318,6 +322,7 @@ def simulate(
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp
     summary["expert_parallel"] = expert_parallel_report(step_model, plan)
+    summary.update(admission_keys(result))
     summary.update(pooled)  # with --pools: the class_pools section
     if result.records.cached_tokens is not None:
         summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)

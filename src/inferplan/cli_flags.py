@@ -410,7 +410,7 @@ workload_options = option_group(
             "--dataset-name",
             default="random",
             show_default=True,
-            help="random|trace|servegen|reasoning|mixed",
+            help="random|trace|servegen|reasoning|mixed|reasoning-burst",
         ),
         click.option(
             "--dataset-path", default=None, help="Trace file or bundled trace name (see README)"

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from inferplan.cli_flags import build_memory_plan
 from inferplan.cluster.disagg import DisaggResult, Pool, simulate_disaggregated
 from inferplan.cluster.kv_transfer import KvLink
+from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.blockpool import BlockPool, KvGroup, pool_layout
@@ -67,6 +68,8 @@ class Case:
     kv_groups: tuple[KvGroup, ...] | None = None
     # Prefix caching on, prompts built of hashed blocks of this many KV blocks (0: no hashes).
     prefix_entry_blocks: int = 0
+    # Admission control, predictors, SPF aging (``engine/admission.py``); None: the engine's own.
+    admission: AdmissionConfig | None = None
 
 
 def _shared_prompts(
@@ -151,6 +154,7 @@ def _config(case: Case, wl: Workload, plan: MemoryPlan, *, exact: bool) -> Simul
         scheduling_policy=case.scheduling_policy,
         max_concurrency=case.max_concurrency,
         exact=exact,
+        admission=case.admission,
     )
 
 

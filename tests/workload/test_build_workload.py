@@ -20,7 +20,14 @@ def assert_same(a: Workload, b: Workload) -> None:
 
 
 def test_dataset_names_mirror_vllm() -> None:
-    assert set(DATASETS) == {"random", "trace", "servegen", "reasoning", "mixed"}
+    assert set(DATASETS) == {
+        "random",
+        "trace",
+        "servegen",
+        "reasoning",
+        "mixed",
+        "reasoning-burst",
+    }
 
 
 def test_random_defaults_are_vllms() -> None:

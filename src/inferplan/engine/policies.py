@@ -4,7 +4,8 @@ Waiting-queue policies (``--scheduling-policy``):
 - ``fcfs``: arrival order; a preempted request goes back to the head (vLLM v1).
 - ``priority``: lowest priority value first, then arrival (vLLM's priority policy).
 - ``spf``: shortest predicted output first, then arrival; the prediction is the requested output
-  length (an oracle; predictors with an error model come with admission control).
+  length (an oracle), or with ``--length-predictor`` the predictor's point estimate
+  (``workload/predict.py``); ``--spf-aging-s`` bounds starvation (``engine/aging.py``).
 Under ``priority`` and ``spf`` a preempted request re-enters by its key.
 
 Routers pick a replica for each arrival: ``round_robin`` and ``least_outstanding`` (fewest
@@ -14,6 +15,7 @@ requests queued or running; ties to the lowest index).
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -62,6 +64,13 @@ class WaitingQueue:
         rid = self._fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self._heap)[1]
         del self.tokens[rid]
         return rid
+
+    def age(self, now: float) -> None:
+        """Timers of the queue order (none here; ``engine/aging.py`` has SPF's aging bound)."""
+
+    def next_deadline_s(self) -> float:
+        """When the queue order next changes by itself (never here)."""
+        return math.inf
 
 
 def policy_keys(

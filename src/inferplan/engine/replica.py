@@ -198,6 +198,9 @@ class Replica:
         new_blocks = int(crossing.sum())
         if new_blocks > self.pool.free:
             return False
+        admission = self.scheduler.admission  # reservations: the unreserved blocks must last too
+        if admission is not None and not admission.grants_decode(run, crossing):
+            return False
         self.pool.free -= new_blocks
         run.held_blocks += crossing
         decode_context = int(computed.sum()) + n

@@ -46,6 +46,7 @@ from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.records import RequestRecords
 
 if TYPE_CHECKING:
+    from inferplan.engine.admission import Admission
     from inferplan.engine.offload import KvOffload
     from inferplan.engine.replica import SchedulerConfig
 
@@ -71,6 +72,7 @@ class Scheduler:
     can_preempt = True
     counts_idle_slots = False  # static batching: slots of finished batch members stay idle
     vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
+    admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
     offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
 
     def __init__(
@@ -90,7 +92,10 @@ class Scheduler:
     # ---- the verb -----------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepDecision:
-        decision = self.schedule_running()
+        if self.admission is not None:
+            decision = self.admission.schedule_running(self, now)
+        else:
+            decision = self.schedule_running()
         if self.pool.cache is not None:
             self._cache_chunks(decision.sched)
         if not decision.preempted:
@@ -139,8 +144,17 @@ class Scheduler:
 
     def available_blocks(self, *, after_decode_step: bool = False) -> int:
         """Blocks an admission may take now, or after the running rows decode one step (with
-        KV tiers, not the blocks whose copy out is still in flight: admission waits for them)."""
-        free = self.pool.free if self.offload is None else self.offload.safe_free(self.pool.free)
+        admission policies, those no running request has reserved; with KV tiers, not the
+        blocks whose copy out is still in flight: admission waits for them)."""
+        unsafe = (
+            0 if self.offload is None else self.pool.free - self.offload.safe_free(self.pool.free)
+        )
+        if self.admission is not None:  # the blocks no running request has reserved
+            reserved_free = self.admission.available_blocks(
+                self.running, after_decode_step=after_decode_step
+            )
+            return reserved_free - unsafe
+        free = self.pool.free - unsafe
         if after_decode_step:
             return free - int(self.pool.crossing_cost(self.running.num_computed).sum())
         return free
@@ -159,9 +173,14 @@ class Scheduler:
         if self.whole_prompts and tokens - hit > budget:
             return None  # no chunked prefill: the prompt waits for a step with the budget
         chunk = min(tokens - hit, budget)
-        return (
-            chunk if self.admission_blocks(rid, tokens, hit + chunk) - shared <= available else None
-        )
+        blocks = self.admission_blocks(rid, tokens, hit + chunk) - shared
+        if self.admission is not None:
+            return (
+                chunk
+                if self.admission.admits(self.running, rid, tokens, blocks, available)
+                else None
+            )
+        return chunk if blocks <= available else None
 
     def swapped_head_fits(self, budget: int, available: int) -> bool:
         """The first swapped-out request can come back with ``budget`` tokens and
@@ -196,6 +215,7 @@ class Scheduler:
         ``max_num_seqs`` allows and ``head_chunk`` says it fits; append each chunk to
         ``sched``."""
         run, waiting, pool = self.running, self.waiting, self.pool
+        waiting.age(now)
         while len(waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
             chunk = self.head_chunk(budget, self.available_blocks())
             if chunk is None:

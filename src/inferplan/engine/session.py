@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -37,6 +38,8 @@ class ServingOptions:
     num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
     # vLLM v1's automatic prefix caching; None: on for vLLM's v1 scheduler (its default).
     enable_prefix_caching: bool | None = None
+    # Admission control, length predictors, SPF aging (``engine/admission.py``); None: off.
+    admission: AdmissionConfig | None = None
     # KV tiers below HBM (``memory/tiers.py``, ``engine/offload.py``); empty: none.
     kv_tiers: tuple[TierRequest, ...] = ()
     kv_eviction_cap_bytes_s: float | None = None
@@ -79,6 +82,8 @@ class ServingOptions:
                 "--enable-prefix-caching: emulated for vLLM v1 only (--engine vllm, "
                 "--scheduler continuous)"
             )
+        if self.admission is not None:
+            self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
         self._check_kv_tiers()
         if self.data_parallel_size < 1:
             raise InferplanError(
@@ -88,6 +93,10 @@ class ServingOptions:
     def _check_kv_tiers(self) -> None:
         if self.kv_eviction_cap_bytes_s is not None and not self.kv_tiers:
             raise InferplanError("--kv-eviction-bandwidth: needs --kv-tiers")
+        if self.kv_tiers and self.admission is not None and self.admission.is_active:
+            raise InferplanError(
+                "--kv-tiers: not combined with --admission policies yet; drop one of them"
+            )
         if self.kv_tiers and (self.engine, self.scheduler, self.preemption_mode) != (
             "vllm",
             "continuous",
@@ -158,4 +167,5 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         scheduling_policy=options.scheduling_policy,
         max_concurrency=options.max_concurrency,
         exact=options.exact,
+        admission=options.admission,
     )

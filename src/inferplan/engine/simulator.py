@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from inferplan.engine.admission import Admission, AdmissionConfig, AdmissionLedger
+from inferplan.engine.aging import AgingQueue
 from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
@@ -57,6 +59,9 @@ class SimulationConfig:
     scheduling_policy: str = "fcfs"
     max_concurrency: int | None = None
     exact: bool = False
+    # Admission control, length predictors and SPF aging (``engine/admission.py``); None: the
+    # engine's own admission and the true output lengths for SPF.
+    admission: AdmissionConfig | None = None
 
 
 @dataclass
@@ -70,6 +75,7 @@ class SimulationResult:
     # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
     # it (add it back to show trace times).
     time_offset_s: float = 0.0
+    admission: AdmissionLedger | None = None  # with an admission config: its per-request state
     # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
     prefix_caches: list[PrefixCache | None] = field(default_factory=list)
     kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
@@ -117,8 +123,12 @@ class Simulation:
                 self.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy()
             )
         self.itl = ItlHistogram()
+        self.ledger = self._admission_ledger(workload)
+        predicted = workload.output_tokens
+        if self.ledger is not None:
+            predicted = self.ledger.predictions.point_tokens
         keys = policy_keys(
-            cfg.scheduling_policy, workload.arrival_s, workload.priorities, workload.output_tokens
+            cfg.scheduling_policy, workload.arrival_s, workload.priorities, predicted
         )
         self.replicas = [
             Replica(
@@ -127,7 +137,7 @@ class Simulation:
                 model,
                 self.records,
                 workload.input_tokens,
-                WaitingQueue(cfg.scheduling_policy, keys),
+                self._waiting_queue(keys),
                 self.itl,
                 StepTrace(cfg.scheduler.num_blocks),
                 prefix_cache_for(sched, workload),
@@ -136,12 +146,42 @@ class Simulation:
         ]
         for replica in self.replicas:
             replica.vector_steps = not cfg.exact
+            if self.ledger is not None and self.ledger.cfg.is_active:
+                scheduler = replica.scheduler
+                scheduler.admission = Admission(
+                    self.ledger, replica.pool, self.records, replica.on_finish
+                )
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
         self.num_routed = 0
         self.num_done = 0
+
+    def _admission_ledger(self, workload: Workload) -> AdmissionLedger | None:
+        adm = self.cfg.admission
+        if adm is None:
+            return None
+        if adm.is_active and prefix_cache_for(self.cfg.scheduler, workload) is not None:
+            raise InferplanError(
+                f"--admission {adm.policy}: not emulated with prefix caching (the workload has "
+                "prompt-block hashes); add --no-enable-prefix-caching"
+            )
+        return AdmissionLedger(
+            adm,
+            workload.input_tokens,
+            workload.output_tokens,
+            workload.class_ids,
+            self.cfg.max_model_len,
+        )
+
+    def _waiting_queue(self, keys: np.ndarray | None) -> WaitingQueue:
+        adm = self.cfg.admission
+        if adm is None or adm.spf_aging_s is None or keys is None:
+            return WaitingQueue(self.cfg.scheduling_policy, keys)
+        if self.cfg.scheduling_policy != "spf":
+            raise InferplanError("--spf-aging-s: applies with --scheduling-policy spf only")
+        return AgingQueue(keys, self.records.arrival_s, adm.spf_aging_s, same_time_s)
 
     def _next_arrival_s(self) -> float:
         """When the next request reaches the server: its send time, or with a client
@@ -205,6 +245,7 @@ class Simulation:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
         preemption steps that end them, until a finish, an arrival or a batch change."""
         stretches = replica.stretches
+        replica.waiting.age(replica.now)
         offload = replica.offload
         if offload is not None and not offload.is_idle(replica.now):
             # Transfers in flight: exact steps (a stretch would run past their ends).
@@ -216,6 +257,11 @@ class Simulation:
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
         chain = self.cfg.scheduling_policy != "priority" and offload is None
+        # Admission policies and SPF aging: their scheduler pass and timers, step by step.
+        adm = self.cfg.admission
+        chain = chain and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
+        # The queue's own timer (SPF aging) ends a stretch as an arrival does.
+        next_arrival_s = min(next_arrival_s, replica.waiting.next_deadline_s())
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             # Another replica's finish may release a held request at its clock or later: a
             # stretch must not run past the point where that replica stands.
@@ -277,8 +323,12 @@ class Simulation:
                 continue
             steps_before, now_before = replica.num_steps, replica.now
             self._advance(replica, arrival)
-            stalled = replica.num_steps == steps_before and replica.now == now_before
-            if stalled and not len(replica.running):
+            if (
+                replica.num_steps == steps_before
+                and replica.now == now_before
+                and not len(replica.running)
+                and len(replica.waiting)
+            ):
                 self._stuck(replica)
             if check is not None:
                 check(replica)
@@ -322,6 +372,7 @@ class Simulation:
             num_steps=sum(r.num_steps for r in self.replicas),
             idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
             time_offset_s=self.time_offset_s,
+            admission=self.ledger,
             prefix_caches=[r.pool.cache for r in self.replicas],
             kv_tiers=self._kv_tiers(duration),
         )

@@ -53,6 +53,12 @@ class DecodeStretches:
         if r.pool.cache is not None:
             k = min(k, self._steps_before_head_hit_shrinks(k))
         k, k_pool = self._steps_before_pool_runs_out(k)
+        admission = r.scheduler.admission
+        if admission is not None:  # growth beyond reservations may exhaust the unreserved
+            # blocks first; the scheduler's own pass handles the step that ends the stretch.
+            k = admission.steps_before_exhaustion(run, min(k, k_pool))
+            admission.note_stretch(run, k)
+            return k, a, b, False
         return min(k, k_pool), a, b, k_pool < k
 
     def _steps_before_head_hit_shrinks(self, k: int) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from inferplan.report.admission import admission_table
 from inferplan.report.classpools import class_pools_tables
 from inferplan.report.experts import expert_rank_table
 from inferplan.report.kvtiers import kv_tier_rows
@@ -71,10 +72,11 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
             _s(row["e2el_s"].get("p99")),
         )
     pooled = [class_pools_tables(summary["class_pools"])] if "class_pools" in summary else []
+    extra = [admission_table(summary["admission"])] if "admission" in summary else []
     experts = summary.get("expert_parallel")
     if experts:
-        return Group(head, lat, buckets, expert_rank_table(experts), *pooled)
-    return Group(head, lat, buckets, *pooled)
+        return Group(head, lat, buckets, *extra, expert_rank_table(experts), *pooled)
+    return Group(head, lat, buckets, *extra, *pooled)
 
 
 def _s(value: float | None) -> str:

@@ -17,6 +17,8 @@ Defaults and rules:
   Outputs: the long/short mix (``reasoning_long_fraction``, default 0.45 above 5,000 tokens), or,
   when ``random_output_len`` is given instead, a lognormal with that mean and ``output_sigma``;
   both are capped at ``max_output_tokens``.
+- ``reasoning-burst``: ``reasoning`` plus a tenth of the requests with long outputs arriving
+  together mid-run (``burst.py``: the "long outputs coincide" case of admission control).
 - ``mixed``: chat and reasoning classes, ``reasoning_share`` (default 0.3) of them reasoning
   (``workload/mixed.py``: Azure-conversation-like chat, the ``reasoning`` dataset's lengths).
 - Synthetic arrivals default to ``request_rate=inf`` (all at 0), as in vLLM.
@@ -38,6 +40,7 @@ import numpy as np
 from inferplan.errors import InferplanError
 from inferplan.workload import mixed, synthetic
 from inferplan.workload.bundled import resolve_trace_path
+from inferplan.workload.burst import add_burst, burst_size
 from inferplan.workload.request import IntArray, Workload
 from inferplan.workload.servegen import load_servegen, sample_servegen
 from inferplan.workload.traces import load_trace
@@ -176,6 +179,18 @@ def _reasoning(options: DatasetOptions) -> Workload:
     return _synthetic_workload(options, (input_tokens, output_tokens), "reasoning", note)
 
 
+def _reasoning_burst(options: DatasetOptions) -> Workload:
+    """``reasoning`` for the background plus a burst of long outputs (``burst.py``)."""
+    if options.random_output_len is not None:
+        raise InferplanError("--random-output-len does not apply to --dataset-name reasoning-burst")
+    num_prompts = 1000 if options.num_prompts is None else options.num_prompts
+    if num_prompts < 2:
+        raise InferplanError("--num-prompts: reasoning-burst needs at least 2 requests")
+    k = burst_size(num_prompts)
+    background = _reasoning(replace(options, num_prompts=num_prompts - k))
+    return add_burst(background, k, options.seed, options.max_output_tokens)
+
+
 def _mixed(options: DatasetOptions) -> Workload:
     """Chat and reasoning classes in one stream (``workload/mixed.py``)."""
     _reject(options, "mixed", "dataset_path", "random_input_len", "random_output_len")
@@ -257,5 +272,6 @@ DATASETS: dict[str, Callable[[DatasetOptions], Workload]] = {
     "trace": _trace,
     "servegen": _servegen,
     "reasoning": _reasoning,
+    "reasoning-burst": _reasoning_burst,
     "mixed": _mixed,
 }
