@@ -236,7 +236,7 @@ class Replica:
             else:
                 self._emit(slice(0, len(run)), duration)
         else:
-            self._emit(np.flatnonzero(computed == tokens), duration)
+            self._emit((computed == tokens).nonzero()[0], duration)
         return True
 
     def _emit_decodes_and_firsts(self, n: int, duration: float) -> None:
@@ -259,12 +259,12 @@ class Replica:
         last_token[:] = now
         done = generated >= run.target
         if done.any():
-            self.finish(np.flatnonzero(done))
+            self.finish(done.nonzero()[0])
 
     def _run(self, plan: StepDecision) -> None:
         """Execute a scheduled step: time it, advance ``now``, emit tokens."""
         offload = self.offload
-        if not np.any(plan.sched):
+        if not plan.sched.any():
             self.now += plan.swap_s
             if offload is not None:  # victims' blocks handed out must be written first
                 self.now += offload.write_wait_s(self.now, self.pool.free)
@@ -281,25 +281,25 @@ class Replica:
         self._finish_step(plan.sched, duration)
 
     def _batch(self, sched: np.ndarray) -> StepBatch:
-        run = self.running
-        active = sched > 0
-        decode = active & (sched == 1) & (run.num_computed > 0)
-        prefill = active & ~decode
-        q, o = sched[prefill], run.num_computed[prefill]
+        computed = self.running.num_computed
+        decode = (sched == 1) & (computed > 0)
+        prefill = (sched > 0) & ~decode
+        q, o = sched[prefill], computed[prefill]
+        num_decode = int(decode.sum())
         return StepBatch(
             prefill_tokens=int(q.sum()),
             prefill_attention_pairs=float((q * o + q * (q + 1) / 2).sum()),
             prefill_context_tokens=int(o.sum()),
-            num_prefill_seqs=int(prefill.sum()),
-            num_decode_seqs=int(decode.sum()),
-            decode_context_tokens=int((run.num_computed[decode] + 1).sum()),
+            num_prefill_seqs=len(q),
+            num_decode_seqs=num_decode,
+            decode_context_tokens=int(computed[decode].sum()) + num_decode,
         )
 
     def _finish_step(self, sched: np.ndarray, duration: float) -> None:
         run = self.running
-        run.num_computed = run.num_computed + sched
+        np.add(run.num_computed, sched, out=run.num_computed)
         emits = (sched > 0) & (run.num_computed == run.num_tokens)
-        self._emit(np.flatnonzero(emits), duration)
+        self._emit(emits.nonzero()[0], duration)
 
     def _emit(self, rows: np.ndarray | slice, duration: float) -> None:
         """Rows (indices, or a slice from row 0) sample one token at ``now`` (the end of a step
@@ -308,29 +308,35 @@ class Replica:
         ids = run.ids[rows]
         if len(ids) == 0:
             return
-        first = run.num_generated[rows] == 0
-        later = ~first
-        if np.any(later):
+        generated = run.num_generated[rows]
+        first = generated == 0
+        has_first = bool(first.any())
+        if not has_first or not first.all():
+            later = slice(None) if not has_first else ~first  # usually every row
             last = run.last_token_s[rows][later]
             # A token after one emitted at this step's start is one step apart.
             same = last == now - duration
             self._record_gaps(ids[later], np.where(same, duration, now - last), same, duration)
-        rec.first_token_s[ids[first]] = now
-        run.num_generated[rows] += 1
+        if has_first:
+            rec.first_token_s[ids[first]] = now
+        generated += 1
+        run.num_generated[rows] = generated
         run.num_tokens[rows] += 1
         run.last_token_s[rows] = now
-        done = run.num_generated[rows] >= run.target[rows]
-        if np.any(done):
-            self.finish(np.flatnonzero(done) if isinstance(rows, slice) else rows[done])
+        done = generated >= run.target[rows]
+        if done.any():
+            self.finish(done.nonzero()[0] if isinstance(rows, slice) else rows[done])
 
     def _record_gaps(
         self, ids: np.ndarray, gaps: np.ndarray, same: np.ndarray, duration: float
     ) -> None:
         rec = self.records
         rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], gaps)
-        if np.any(same):
-            self.itl.add(duration, float(same.sum()))
-        self.itl.add_many(gaps[~same])
+        num_same = int(same.sum())
+        if num_same:
+            self.itl.add(duration, float(num_same))
+        if num_same < len(same):
+            self.itl.add_many(gaps[~same])
 
     def finish(self, rows: np.ndarray) -> None:
         run, rec = self.running, self.records

@@ -53,9 +53,10 @@ class RunningSet:
 
     def _resize(self, size: int) -> None:
         """Set the number of live rows and rebind the column views to them."""
-        object.__setattr__(self, "_size", size)
+        fields = self.__dict__  # plain attributes, written past ``__setattr__``
+        fields["_size"] = size
         for name, buffer in self._buffers.items():
-            object.__setattr__(self, name, buffer[:size])
+            fields[name] = buffer[:size]
 
     def __len__(self) -> int:
         return self._size
@@ -75,11 +76,14 @@ class RunningSet:
                 grown = np.zeros(2 * len(buffer), dtype=buffer.dtype)
                 grown[: self._size] = buffer[: self._size]
                 self._buffers[name] = grown
-        row = self._size
-        values = (request_id, num_computed, num_tokens, num_generated, target, held_blocks)
-        for name, value in zip(_INT_COLUMNS, values, strict=True):
-            self._buffers[name][row] = value
-        self._buffers["last_token_s"][row] = last_token_s
+        row, b = self._size, self._buffers
+        b["ids"][row] = request_id
+        b["num_computed"][row] = num_computed
+        b["num_tokens"][row] = num_tokens
+        b["num_generated"][row] = num_generated
+        b["target"][row] = target
+        b["held_blocks"][row] = held_blocks
+        b["last_token_s"][row] = last_token_s
         self._resize(row + 1)
 
     def keep(self, mask: BoolArray) -> None:
@@ -122,5 +126,5 @@ class RunningSet:
         pending (a prompt whose last chunk is one token is still a prefill: it emits the first
         token)."""
         return bool(
-            np.all(self.num_tokens - self.num_computed == 1) and np.all(self.num_generated > 0)
+            (self.num_tokens - self.num_computed == 1).all() and (self.num_generated > 0).all()
         )

@@ -372,7 +372,7 @@ class Scheduler:
         """Swapped-out requests first, then (if ``admit``) the queue."""
         cfg, run, pool = self.cfg, self.running, self.pool
         budget = cfg.max_num_batched_tokens - int(decision.sched.sum())
-        sched = list(decision.sched)
+        sched: list[int] = []  # tokens of the rows this pass adds behind the running ones
         swap_s = decision.swap_s
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
             if not self.swapped_head_fits(budget, pool.free):
@@ -389,7 +389,10 @@ class Scheduler:
             self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
         if admit:
             self.admit_waiting(budget, sched, now)
-        return StepDecision(np.array(sched, dtype=np.int64), swap_s=swap_s)
+        if sched:
+            added = np.array(sched, dtype=np.int64)
+            return StepDecision(np.concatenate((decision.sched, added)), swap_s=swap_s)
+        return StepDecision(decision.sched, swap_s=swap_s)
 
 
 class _ReservingScheduler(Scheduler):

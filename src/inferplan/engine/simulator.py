@@ -352,12 +352,16 @@ class Simulation:
         if len(self.replicas) == 1:
             only = self.replicas[0]
             return only if only.has_work else None
-        busy = [r for r in self.replicas if r.has_work]
+        busy, earliest = [], math.inf
+        for r in self.replicas:
+            if r.has_work:
+                busy.append(r)
+                earliest = min(earliest, r.now)
         if not busy:
             return None
         # Clocks within rounding of each other are equal: the lowest index goes first.
-        earliest = min(r.now for r in busy)
-        return next(r for r in busy if r.now <= earliest + same_time_s(earliest))
+        bound = earliest + same_time_s(earliest)
+        return next(r for r in busy if r.now <= bound)
 
     def _result(self) -> SimulationResult:
         rec = self.records

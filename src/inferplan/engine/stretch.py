@@ -24,6 +24,10 @@ class DecodeStretches:
 
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
+        # What ``stretch_steps`` learnt about the batch (total context, fewest output tokens
+        # left), keyed by the replica's (steps, clock, batch size): ``advance_decode`` of the
+        # same state reuses it instead of reducing the columns again.
+        self._known: tuple[int, float, int, int, int] | None = None
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
@@ -42,7 +46,9 @@ class DecodeStretches:
         n = len(run)
         context = int(run.num_computed.sum()) + n
         a, b, limit = r.model.decode_line(n, context)
-        k = int((run.target - run.num_generated).min())
+        remaining = int((run.target - run.num_generated).min())
+        self._known = (r.num_steps, r.now, n, context, remaining)
+        k = remaining
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
@@ -113,15 +119,21 @@ class DecodeStretches:
         failing = int(np.argmax(np.cumsum(cost[order]) > free % per_round))
         return k, full_rounds + int(offsets[order[failing]])
 
-    def advance_decode(self, k: int, a: float, b: float) -> None:
-        """Run ``k`` decode steps of the current batch at once."""
+    def advance_decode(self, k: int, a: float, b: float, context: int | None = None) -> None:
+        """Run ``k`` decode steps of the current batch at once (``context``: its total
+        context, ``sum(num_computed) + n``, when the caller knows it)."""
         r = self.replica
         run, cfg = r.running, r.cfg
         n = len(run)
         # Views of the columns: the in-place operations below write through.
         computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
         generated, tokens = run.num_generated, run.num_tokens
-        context = int(computed.sum()) + n
+        known, self._known = self._known, None
+        remaining = None
+        if known is not None and known[:3] == (r.num_steps, r.now, n):
+            context, remaining = known[3], known[4]
+        elif context is None:
+            context = int(computed.sum()) + n
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
@@ -144,8 +156,10 @@ class DecodeStretches:
         r.num_steps += k
         r.scheduler.note_steps(k)
         last_token[:] = r.now
-        if (generated - run.target).max() >= 0:
-            r.finish(np.flatnonzero(generated >= run.target))
+        if remaining is None:
+            remaining = int((run.target - generated).min()) + k
+        if k >= remaining:
+            r.finish((generated >= run.target).nonzero()[0])
 
     def _stretch_itl(
         self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
@@ -181,19 +195,31 @@ class DecodeStretches:
             r.step()
             return
         run = r.running
-        need = r.pool.crossing_cost(run.num_computed)
-        cum_need = np.concatenate(([0], np.cumsum(need)))  # cum_need[m]: rows[:m]
-        held_tail = np.concatenate(([0], np.cumsum(run.held_blocks[::-1])))  # by p
-        n = len(run)
+        self._known = None
+        victims = num_victims(r.pool.crossing_cost(run.num_computed), run.held_blocks, r.pool.free)
         swap_s = 0.0
-        fits = cum_need[n - np.arange(n + 1)] <= r.pool.free + held_tail
-        for _ in range(int(np.argmax(fits))):
+        for _ in range(victims):
             swap_s += r.scheduler.preempt(len(run) - 1)
         if len(run):  # the rest decode one token each: a one-step stretch
-            a, b, _ = r.model.decode_line(len(run), int((run.num_computed + 1).sum()))
-            self.advance_decode(1, a + swap_s, b)
+            context = int(run.num_computed.sum()) + len(run)
+            a, b, _ = r.model.decode_line(len(run), context)
+            self.advance_decode(1, a + swap_s, b, context)
         else:  # nothing left to run: the step is only the swap-out
             r.now += swap_s
+
+
+def num_victims(need: np.ndarray, held: np.ndarray, free: int) -> int:
+    """The fewest rows ``p`` to pop from the tail so that the rest's new blocks fit:
+    ``need[:n-p].sum() <= free + held[n-p:].sum()``. Each victim lowers the left side and
+    raises the right, so counting them one at a time from the tail finds the first ``p``
+    (usually 1, so scalar steps beat cumulative sums over the batch)."""
+    n, need_rest = len(need), int(need.sum())
+    victims = 0
+    while need_rest > free:
+        victims += 1
+        need_rest -= int(need[n - victims])
+        free += int(held[n - victims])
+    return victims
 
 
 def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap: int) -> int:

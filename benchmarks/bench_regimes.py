@@ -1,0 +1,172 @@
+"""The fast engine in every load regime (issue 10, item 3): wall seconds and peak memory.
+
+Each regime is one ``Simulation`` built as ``inferplan simulate`` builds it (vLLM v1 defaults
+unless the regime sets a flag), run in fast mode in a fresh subprocess, so its peak RSS
+(``ru_maxrss``: Python, numpy and the model included) is its own. Reported: wall seconds of the
+simulation (building the plan and workload excluded) and its CPU seconds (``process_time``),
+which a machine shared with other jobs inflates less than wall time:
+
+- ``near``: 100,000 ``reasoning`` requests (outputs: 45 % above 5,000 tokens, mean ~5,400, cap
+  32k) on Llama-3.1-8B, one H200, Poisson at 1 req/s: the replica's capacity, where the KV pool
+  is full and recompute preemption cycles (admit, decode until the pool runs out, preempt).
+- ``overload``: the same at 3 req/s, three times what the replica serves: the queue grows and
+  preemptions come in bursts.
+- ``long10x``: every output 10x longer (capped so prompt + output fits the model's max length)
+  at 0.1 req/s, the same offered output tokens/s as ``near``: cost should follow events, not
+  tokens.
+- ``vidur``: the configuration of Vidur's README example run, here Llama-3.1-70B (Llama-3-70B's
+  architecture; not bundled) TP2 on A100-SXM-80GB, 100,000 requests of 512 prompt / 128 output
+  tokens, Poisson at 2.5 req/s, ``--max-num-seqs 128 --max-num-batched-tokens 4096
+  --max-model-len 4096``.
+- ``million``: 1,000,000 requests with Azure 2023 conversation lengths (drawn with replacement
+  from the bundled trace's rows, seed 0) on 8 DP replicas of Llama-3.1-8B on H200, Poisson at
+  ``MILLION_RATE`` req/s.
+
+Run: ``python -m benchmarks.bench_regimes`` (every regime once; ``--repeats R``), one regime:
+``python -m benchmarks.bench_regimes --one near`` (``--num-requests N`` scales it down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+REPEATS = 1
+MILLION_RATE = 80.0  # req/s over 8 replicas
+
+
+@dataclass(frozen=True)
+class Regime:
+    model: str
+    gpu: str
+    num_requests: int
+    rate: float
+    dataset: str  # reasoning | random | azure
+    tp: int = 1
+    dp: int = 1
+    output_scale: int = 1
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+REGIMES = {
+    "near": Regime("Llama-3.1-8B", "h200", 100_000, 1.0, "reasoning"),
+    "overload": Regime("Llama-3.1-8B", "h200", 100_000, 3.0, "reasoning"),
+    "long10x": Regime("Llama-3.1-8B", "h200", 100_000, 0.1, "reasoning", output_scale=10),
+    "vidur": Regime(
+        "Llama-3.1-70B",
+        "a100_sxm_80gb",
+        100_000,
+        2.5,
+        "random",
+        tp=2,
+        max_model_len=4096,
+        max_num_seqs=128,
+        max_num_batched_tokens=4096,
+    ),
+    "million": Regime("Llama-3.1-8B", "h200", 1_000_000, MILLION_RATE, "azure", dp=8),
+}
+
+
+def _workload(regime: Regime, num_requests: int, max_model_len: int) -> Any:
+    from inferplan.workload import Workload, build_workload
+
+    if regime.dataset == "random":
+        return build_workload(
+            "random", num_prompts=num_requests, random_input_len=512, random_output_len=128,
+            request_rate=regime.rate, seed=0,
+        )  # fmt: skip
+    if regime.dataset == "azure":
+        rows = build_workload("trace", dataset_path="azure_llm_2023_conv")
+        pick = np.random.default_rng(0).integers(0, rows.num_requests, num_requests)
+        timed = build_workload("random", num_prompts=num_requests, request_rate=regime.rate, seed=0)
+        return Workload(
+            arrival_s=timed.arrival_s,
+            input_tokens=rows.input_tokens[pick],
+            output_tokens=rows.output_tokens[pick],
+            class_ids=np.zeros(num_requests, dtype=np.int64),
+        )
+    base = build_workload("reasoning", num_prompts=num_requests, request_rate=regime.rate, seed=0)
+    room = max_model_len - base.input_tokens
+    return Workload(
+        arrival_s=base.arrival_s,
+        input_tokens=base.input_tokens,
+        output_tokens=np.minimum(base.output_tokens * regime.output_scale, room).astype(np.int64),
+        class_ids=base.class_ids,
+    )
+
+
+def measure_once(name: str, num_requests: int | None = None) -> dict[str, float]:
+    """Build and run one regime in this process; its wall time and this process's peak RSS."""
+    from inferplan.cli_flags import build_memory_plan
+    from inferplan.engine.session import ServingOptions, simulation_config
+    from inferplan.engine.simulator import Simulation
+    from inferplan.perf.factory import build_step_model
+
+    regime = REGIMES[name]
+    num = regime.num_requests if num_requests is None else num_requests
+    plan = build_memory_plan(
+        regime.model, regime.gpu, regime.tp, 1, False, None, "auto", regime.max_model_len,
+        0.9, regime.max_num_batched_tokens, regime.max_num_seqs, None, dp=regime.dp,
+    )  # fmt: skip
+    model = build_step_model(plan)
+    workload = _workload(regime, num, plan.max_model_len)
+    options = ServingOptions(data_parallel_size=regime.dp)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    res = Simulation(workload, simulation_config(plan, options), model).run()
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    return {
+        "wall_s": wall_s,
+        "cpu_s": cpu_s,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "num_requests": float(num),
+        "num_steps": float(res.num_steps),
+        "output_tokens": float(res.records.output_tokens.sum()),
+        "completed": float(np.sum(res.records.status == 0)),
+        "preemptions": float(res.records.num_preemptions.sum()),
+        "simulated_s": res.duration_s,
+    }
+
+
+def _in_subprocess(name: str, num_requests: int | None) -> dict[str, float]:
+    argv = [sys.executable, "-m", "benchmarks.bench_regimes", "--one", name]
+    if num_requests is not None:
+        argv += ["--num-requests", str(num_requests)]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(repeats: int = REPEATS, num_requests: int | None = None) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name in REGIMES:
+        runs = [_in_subprocess(name, num_requests) for _ in range(repeats)]
+        results[f"{name}_wall_s"] = statistics.median(r["wall_s"] for r in runs)
+        results[f"{name}_cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
+        results[f"{name}_peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
+        for key in ("num_requests", "num_steps", "preemptions", "simulated_s"):
+            results[f"{name}_{key}"] = runs[0][key]
+    results["long10x_over_near"] = results["long10x_wall_s"] / results["near_wall_s"]
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", choices=sorted(REGIMES))
+    parser.add_argument("--num-requests", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure_once(args.one, args.num_requests)))
+    else:
+        print(json.dumps(main(args.repeats, args.num_requests), indent=2))
