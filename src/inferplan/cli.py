@@ -40,6 +40,7 @@ from inferplan.cli_flags import (
 )
 from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
+from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
@@ -229,6 +230,7 @@ def roofline(
 @admission_options
 @classpool_options
 @prefix_options
+@kv_tier_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
@@ -237,6 +239,7 @@ def simulate(
     admission: AdmissionFlags,
     classpool: ClassPoolFlags,
     prefix: PrefixFlags,
+    tiers: KvTierFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -265,6 +268,7 @@ def simulate(
         num_scheduler_steps=num_scheduler_steps,
         enable_prefix_caching=enable_prefix_caching,
         admission=admission.config(scheduling_policy, workload.seed, disagg.disaggregate),
+        **tiers.serving_fields(),
     )
     shapes = {
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),
@@ -322,6 +326,7 @@ def simulate(
     summary.update(pooled)  # with --pools: the class_pools section
     if result.records.cached_tokens is not None:
         summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
+    summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
     _show(summary, json_out, simulate_tables)
 
 

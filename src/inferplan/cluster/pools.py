@@ -74,6 +74,8 @@ def check_flags(
             "--disaggregate: emulated with vLLM v1's scheduler (--engine vllm, "
             "--scheduler continuous) on both pools"
         )
+    if options.kv_tiers:
+        raise InferplanError("--kv-tiers: not emulated with --disaggregate yet; drop the flag")
     for name, shape in shapes.items():
         for flag, value in (("tp", shape.tp), ("dp", shape.dp)):
             if value is not None and value < 1:

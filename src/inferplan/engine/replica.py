@@ -24,12 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inferplan.engine.offload import KvOffload
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
 from inferplan.memory.prefixcache import PrefixCache, regroup_hashes, windowed_prefix_cache
+from inferplan.memory.tiers import OffloadConfig
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
@@ -53,6 +55,7 @@ class SchedulerConfig:
     # ``kv_block_bytes`` are in pool blocks (``memory/blockpool.py``).
     kv_groups: tuple[KvGroup, ...] = FULL_ATTENTION
     enable_prefix_caching: bool = False  # vLLM v1's automatic prefix caching
+    kv_tiers: OffloadConfig | None = None  # KV tiers below HBM (``engine/offload.py``)
 
 
 def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:
@@ -109,16 +112,25 @@ class Replica:
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )
+        self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
+        self.scheduler.offload = self.offload
+        # Copies of evicted entries: full-attention pools only (a windowed hit needs its
+        # windowed parts in HBM, which are not copied).
+        cache = prefix_cache
+        if self.offload is not None and cache is not None and cache.window_entries is None:
+            self.offload.attach_cache(cache, cfg.block_size)
 
     # ---- state ----------------------------------------------------------------------------
 
     @property
     def has_work(self) -> bool:
-        return bool(len(self.running) or len(self.waiting) or self.swapped)
+        loading = self.offload is not None and bool(self.offload.loading)
+        return bool(len(self.running) or len(self.waiting) or self.swapped or loading)
 
     @property
     def outstanding(self) -> int:
-        return len(self.running) + len(self.waiting) + len(self.swapped)
+        loading = 0 if self.offload is None else len(self.offload.loading)
+        return len(self.running) + len(self.waiting) + len(self.swapped) + loading
 
     @property
     def used_blocks(self) -> int:
@@ -127,12 +139,18 @@ class Replica:
     def check_invariants(self) -> None:
         """Blocks are conserved and every running request holds what its KV needs."""
         held = int(self.running.held_blocks.sum()) - self.pool.shared
+        if self.offload is not None:
+            held += self.offload.loading_blocks()
+            self.offload.check(self.pool.free, self.now)
         assert held + self.pool.free == self.cfg.num_blocks, "KV blocks not conserved"
         cache = self.pool.cache
         if cache is not None:
             cache.check()
             assert 0 <= cache.lru_blocks <= self.pool.free, "cached-free blocks exceed free"
-            assert set(cache.held) <= set(self.running.ids.tolist()), "a freed request maps KV"
+            mapping = set(self.running.ids.tolist())
+            if self.offload is not None:
+                mapping |= {x.request_id for x in self.offload.loading}
+            assert set(cache.held) <= mapping, "a freed request maps KV"
         need = self.pool.blocks_for(self.running.num_computed)
         assert np.all(self.running.held_blocks >= need), "a request lacks blocks for its KV"
         assert len(self.running) <= self.cfg.max_num_seqs, "max_num_seqs exceeded"
@@ -156,6 +174,8 @@ class Replica:
 
     def step(self) -> None:
         """Schedule and run one engine step; advance ``now`` by its time."""
+        if self.offload is not None:
+            self.offload.begin_step(self)
         if self._decode_and_admit_step():
             return
         self._run(self.scheduler.schedule(self.now))
@@ -168,6 +188,8 @@ class Replica:
         cfg, run = self.cfg, self.running
         n = len(run)
         if not self.vector_steps or self.swapped or not self.scheduler.vector_step:
+            return False
+        if self.offload is not None:  # tiers: the general path only
             return False
         if n > cfg.max_num_batched_tokens or not self.is_decoding():
             return False
@@ -241,13 +263,18 @@ class Replica:
 
     def _run(self, plan: StepDecision) -> None:
         """Execute a scheduled step: time it, advance ``now``, emit tokens."""
+        offload = self.offload
         if not plan.sched.any():
             self.now += plan.swap_s
+            if offload is not None:  # victims' blocks handed out must be written first
+                self.now += offload.write_wait_s(self.now, self.pool.free)
             return
         self.scheduler.note_steps(1, prefill_only=plan.prefill_only)
         batch = self._batch(plan.sched)
         self.count_idle_slots(1)
         duration = self.model.step_time(batch).total_s + plan.swap_s
+        if offload is not None:
+            duration = offload.step_s(duration, self.pool.free)
         self.trace.record(self.now, self.used_blocks)
         self.now += duration
         self.num_steps += 1

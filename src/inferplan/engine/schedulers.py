@@ -47,6 +47,7 @@ from inferplan.metrics.records import RequestRecords
 
 if TYPE_CHECKING:
     from inferplan.engine.admission import Admission
+    from inferplan.engine.offload import KvOffload
     from inferplan.engine.replica import SchedulerConfig
 
 IntArray = npt.NDArray[np.int64]
@@ -73,6 +74,7 @@ class Scheduler:
     vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
     admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
     pops_last_admitted = True  # preemption victims: the last admitted (the vector step's order)
+    offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
 
     def __init__(
         self,
@@ -107,6 +109,10 @@ class Scheduler:
         """Tokens of ``rid``'s first ``tokens`` the prefix cache holds (full entries of its
         prompt, leaving at least one token to compute), and the blocks of them that running
         requests map (admission does not allocate those)."""
+        if self.offload is not None:
+            stored = self.offload.hit_tokens(rid, tokens)
+            if stored is not None:  # its KV comes back from a tier (none of it shared)
+                return stored, 0
         cache = self.pool.cache
         if cache is None:
             return 0, 0
@@ -115,6 +121,8 @@ class Scheduler:
         if max_entries <= 0:
             return 0, 0
         hits, shared = cache.lookup(rid, max_entries)
+        if self.offload is not None:  # entries after those may come back from a tier
+            hits += self.offload.prefix_tier_entries(cache.hashes[rid][hits:max_entries])
         return hits * entry_tokens, shared
 
     def _cache_chunks(self, sched: IntArray) -> None:
@@ -136,14 +144,21 @@ class Scheduler:
     # ---- admission, defined once ------------------------------------------------------------
 
     def available_blocks(self, *, after_decode_step: bool = False) -> int:
-        """Blocks an admission may take now, or after the running rows decode one step."""
+        """Blocks an admission may take now, or after the running rows decode one step (with
+        admission policies, those no running request has reserved; with KV tiers, not the
+        blocks whose copy out is still in flight: admission waits for them)."""
+        unsafe = (
+            0 if self.offload is None else self.pool.free - self.offload.safe_free(self.pool.free)
+        )
         if self.admission is not None:  # the blocks no running request has reserved
-            return self.admission.available_blocks(
+            reserved_free = self.admission.available_blocks(
                 self.running, after_decode_step=after_decode_step
             )
+            return reserved_free - unsafe
+        free = self.pool.free - unsafe
         if after_decode_step:
-            return self.pool.free - int(self.pool.crossing_cost(self.running.num_computed).sum())
-        return self.pool.free
+            return free - int(self.pool.crossing_cost(self.running.num_computed).sum())
+        return free
 
     def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:
         """Blocks admitting the request maps: those of its first ``chunk_end`` tokens."""
@@ -153,6 +168,8 @@ class Scheduler:
         """The queue head's first chunk if it can be admitted with ``budget`` tokens and
         ``available`` blocks, else None: THE admission test."""
         rid, tokens = self.waiting.peek()
+        if self.offload is not None and self.offload.holds_back(rid):
+            return None  # backpressure: the KV link is saturated
         hit, shared = self.prefix_hit(rid, tokens)
         if self.whole_prompts and tokens - hit > budget:
             return None  # no chunked prefill: the prompt waits for a step with the budget
@@ -208,25 +225,67 @@ class Scheduler:
             waiting.pop()
             hit, _ = self.prefix_hit(rid, tokens)
             held = pool.blocks_for_one(hit + chunk)
+            if self.offload is not None and rid in self.offload.stored:
+                self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
+                continue
             if pool.cache is None:
                 pool.free -= held
             else:  # map the cached entries first, so that allocating cannot evict them
                 entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
-                pool.free -= pool.cache.acquire(rid, hit // entry_tokens)
-                pool.free -= held - hit // entry_tokens * pool.cache.entry_blocks
+                in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
+                if in_hbm is None:
+                    continue  # the rest of its prefix comes back from a tier: it waits
+                pool.free -= held - in_hbm * pool.cache.entry_blocks
                 end = min(hit + chunk, int(self.prompt_tokens[rid]))
                 pool.cache.register(rid, end // entry_tokens)
                 pool.cache.evict_to(pool.free)
-                self.records.cached_tokens[rid] += hit  # type: ignore[index]
-                self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
-                pool.cache.cached_tokens += hit
-                pool.cache.queried_tokens += tokens
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
             run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
+
+    def _reload(self, rid: int, tokens: int, hit: int, held: int) -> None:
+        """Admit a request whose ``hit`` computed tokens are in a tier with ``held`` blocks;
+        prompt entries the prefix cache still holds are mapped, not read
+        (``engine/offload.py``)."""
+        cache, pool, offload = self.pool.cache, self.pool, self.offload
+        assert offload is not None
+        in_hbm = 0
+        if cache is not None and cache.window_entries is None:  # windowed pools: read it all
+            entry_tokens = cache.entry_kv_blocks * pool.block_size
+            prompt_entries = min(int(self.prompt_tokens[rid]), tokens - 1, hit) // entry_tokens
+            in_hbm = cache.lookup(rid, prompt_entries)[0] * entry_tokens
+            pool.free -= cache.acquire(rid, in_hbm // entry_tokens)
+            self.records.cached_tokens[rid] += in_hbm  # type: ignore[index]
+            self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+            cache.cached_tokens += in_hbm
+            cache.queried_tokens += tokens
+        offload.begin_load(rid, (hit, tokens), held, in_hbm)  # reads first: allocating evicts
+        pool.free -= held - in_hbm // pool.block_size
+
+    def _map_cached(self, rid: int, tokens: int, entries: int, held: int, now: float) -> int | None:
+        """Map the first ``entries`` prefix entries of an admitted request's prompt: those in
+        HBM directly; with KV tiers, those after them come back from a tier, so the request
+        gets its ``held`` blocks now and waits for the reads (None; ``engine/offload.py``)."""
+        cache = self.pool.cache
+        assert cache is not None
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        in_hbm = entries if self.offload is None else cache.lookup(rid, entries)[0]
+        self.pool.free -= cache.acquire(rid, in_hbm)
+        self.records.cached_tokens[rid] += in_hbm * entry_tokens  # type: ignore[index]
+        self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += in_hbm * entry_tokens
+        cache.queried_tokens += tokens
+        if in_hbm == entries or self.offload is None:
+            return in_hbm
+        if math.isnan(self.records.first_scheduled_s[rid]):
+            self.records.first_scheduled_s[rid] = now
+        hit = entries * entry_tokens  # reads first: allocating may evict into the tiers
+        self.offload.begin_prefix_load(rid, cache.hashes[rid][in_hbm:entries], (hit, tokens), held)
+        self.pool.free -= held - in_hbm * cache.entry_blocks
+        return None
 
     # ---- running pass -----------------------------------------------------------------------
 
@@ -302,7 +361,9 @@ class Scheduler:
             moved = held * self.cfg.kv_block_bytes
             self.records.swapped_bytes[rid] += int(moved)
             return moved / self.cfg.host_link_bytes_s
-        self.records.recomputed_tokens[rid] += computed
+        offload = self.offload
+        if offload is None or not offload.store(rid, computed, self.pool.blocks_for_one(computed)):
+            self.records.recomputed_tokens[rid] += computed
         self.waiting.push_front(rid, num_tokens=tokens)
         return 0.0
 

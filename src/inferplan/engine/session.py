@@ -16,6 +16,7 @@ from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationR
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import pool_layout
 from inferplan.memory.plan import MemoryPlan
+from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
@@ -39,6 +40,9 @@ class ServingOptions:
     enable_prefix_caching: bool | None = None
     # Admission control, length predictors, SPF aging (``engine/admission.py``); None: off.
     admission: AdmissionConfig | None = None
+    # KV tiers below HBM (``memory/tiers.py``, ``engine/offload.py``); empty: none.
+    kv_tiers: tuple[TierRequest, ...] = ()
+    kv_eviction_cap_bytes_s: float | None = None
 
     @property
     def prefix_caching(self) -> bool:
@@ -80,10 +84,42 @@ class ServingOptions:
             )
         if self.admission is not None:
             self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
+        self._check_kv_tiers()
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
             )
+
+    def _check_kv_tiers(self) -> None:
+        if self.kv_eviction_cap_bytes_s is not None and not self.kv_tiers:
+            raise InferplanError("--kv-eviction-bandwidth: needs --kv-tiers")
+        if self.kv_tiers and self.admission is not None and self.admission.is_active:
+            raise InferplanError(
+                "--kv-tiers: not combined with --admission policies yet; drop one of them"
+            )
+        if self.kv_tiers and (self.engine, self.scheduler, self.preemption_mode) != (
+            "vllm",
+            "continuous",
+            "recompute",
+        ):
+            raise InferplanError(
+                "--kv-tiers: emulated for vLLM v1 only (--engine vllm, --scheduler continuous, "
+                "--preemption-mode recompute)"
+            )
+
+
+def offload_config(plan: MemoryPlan, options: ServingOptions, block_bytes: float) -> OffloadConfig:
+    """The replica's tiers: the catalog's per-GPU bandwidths times its GPUs, one pool block's
+    bytes over the TP x PP GPUs that hold it (a DP-attention rank's group)."""
+    par = plan.parallelism
+    gpus = par.devices_per_replica
+    tiers = tuple(replica_tier(t, plan.gpu.host_link_bytes_s, gpus) for t in options.kv_tiers)
+    return OffloadConfig(
+        tiers=tiers,
+        block_bytes=block_bytes * par.tp * par.pp,
+        eviction_cap_bytes_s=options.kv_eviction_cap_bytes_s,
+        overlaps_compute=True,  # vLLM v1's KV connectors load and store asynchronously
+    )
 
 
 def _replica_scheduler(options: ServingOptions) -> str:
@@ -121,6 +157,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         num_scheduler_steps=options.num_scheduler_steps,
         kv_groups=layout.groups,
         enable_prefix_caching=options.prefix_caching,
+        kv_tiers=offload_config(plan, options, layout.block_bytes) if options.kv_tiers else None,
     )
     return SimulationConfig(
         scheduler=scheduler,

@@ -20,11 +20,13 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from inferplan.engine.admission import Admission, AdmissionConfig, AdmissionLedger
 from inferplan.engine.aging import AgingQueue
+from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.schedulers import SCHEDULERS
@@ -76,6 +78,7 @@ class SimulationResult:
     admission: AdmissionLedger | None = None  # with an admission config: its per-request state
     # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
     prefix_caches: list[PrefixCache | None] = field(default_factory=list)
+    kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
 
 
 def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
@@ -243,12 +246,18 @@ class Simulation:
         preemption steps that end them, until a finish, an arrival or a batch change."""
         stretches = replica.stretches
         replica.waiting.age(replica.now)
+        offload = replica.offload
+        if offload is not None and not offload.is_idle(replica.now):
+            # Transfers in flight: exact steps (a stretch would run past their ends).
+            self._step_or_wait(replica, next_arrival_s)
+            return
         if self.cfg.exact or not stretches.can_stretch():
-            replica.step()
+            self._step_or_wait(replica, next_arrival_s)
             return
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
         chain = self.cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
+        chain = chain and offload is None
         # Admission policies and SPF aging: their scheduler pass and timers, step by step.
         adm = self.cfg.admission
         chain = chain and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
@@ -273,6 +282,18 @@ class Simulation:
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
+
+    def _step_or_wait(self, replica: Replica, next_arrival_s: float) -> None:
+        """One step; with KV tiers, a replica that ran nothing waits for its next transfer
+        event (a reload landing, the writes draining), or the next arrival if sooner."""
+        steps, now = replica.num_steps, replica.now
+        replica.step()
+        offload = replica.offload
+        if offload is None or replica.num_steps != steps or replica.now != now:
+            return
+        event = offload.next_event_s(replica.now)
+        if event is not None:
+            replica.now = min(event, max(next_arrival_s, replica.now))
 
     def _collect(self, replica: Replica) -> int:
         done = len(replica.on_finish)
@@ -301,10 +322,11 @@ class Simulation:
                 if on_progress and self.num_done > before:
                     on_progress(self.num_done - before)
                 continue
-            steps_before = replica.num_steps
+            steps_before, now_before = replica.num_steps, replica.now
             self._advance(replica, arrival)
             if (
                 replica.num_steps == steps_before
+                and replica.now == now_before
                 and not len(replica.running)
                 and len(replica.waiting)
             ):
@@ -357,4 +379,9 @@ class Simulation:
             time_offset_s=self.time_offset_s,
             admission=self.ledger,
             prefix_caches=[r.pool.cache for r in self.replicas],
+            kv_tiers=self._kv_tiers(duration),
         )
+
+    def _kv_tiers(self, duration_s: float) -> dict[str, Any] | None:
+        offloads = [r.offload for r in self.replicas if r.offload is not None]
+        return offload_summary(offloads, duration_s) if offloads else None

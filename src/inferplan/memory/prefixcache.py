@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -122,6 +123,8 @@ class PrefixCache:
         # Per running request: the hashes it references, in prompt order.
         self.held: dict[int, list[int]] = {}
         self.covered: dict[int, int] = {}  # per request: prompt entries already considered
+        # Called with each evicted hash (KV tiers keep a copy: ``engine/offload.py``).
+        self.on_evict: Callable[[int], None] | None = None
 
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
         """(entries of ``rid``'s prompt cached from the first, at most ``max_entries``; of
@@ -245,6 +248,8 @@ class PrefixCache:
                 continue
             del self.refs[h]
             self.lru_blocks -= self.entry_blocks
+            if self.on_evict is not None:
+                self.on_evict(h)
 
     def check(self) -> None:
         assert all(c >= 0 for c in self.refs.values()), "negative reference count"

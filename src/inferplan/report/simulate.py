@@ -10,6 +10,7 @@ from rich.table import Table
 from inferplan.report.admission import admission_table
 from inferplan.report.classpools import class_pools_tables
 from inferplan.report.experts import expert_rank_table
+from inferplan.report.kvtiers import kv_tier_rows
 
 
 def _ms(value: float | None) -> str:
@@ -45,6 +46,7 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
             )
         )
         rows.append(("KV link utilization", f"{kvt['link_utilization'] or 0:.1%}"))
+    rows.extend(kv_tier_rows(summary))
     for label, value in rows:
         head.add_row(label, value)
     lat = Table(title="latency (ms)", title_justify="left")
