@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inferplan import cli
+from inferplan import cli, cli_fit
 from inferplan.cli import main
 from inferplan.memory.plan import MemoryConfig
 from inferplan.plan.validation import Deployment, _plan
@@ -402,7 +402,7 @@ def test_an_unwritable_output_fails_before_the_fit(
     def must_not_fit(*args: object, **kwargs: object) -> None:
         raise AssertionError("the fit ran before -o was checked")
 
-    monkeypatch.setattr(cli, "fit_simplex", must_not_fit)
+    monkeypatch.setattr(cli_fit, "fit_simplex", must_not_fit)
     path = tmp_path / "result.json"
     path.write_text(json.dumps(RESULT))
     missing = tmp_path / "absent" / "fit.yaml"

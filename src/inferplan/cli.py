@@ -7,16 +7,11 @@ Flags are checked by ``cli_checks`` before any work.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import click
-from rich.console import RenderableType
 
 from inferplan.cli_admission import AdmissionFlags, admission_keys, admission_options
 from inferplan.cli_checks import (
@@ -31,6 +26,7 @@ from inferplan.cli_checks import (
 )
 from inferplan.cli_classpools import ClassPoolFlags, classpool_options, pooled_run
 from inferplan.cli_disagg import DisaggFlags, disagg_options, simulate_disaggregated
+from inferplan.cli_fit import calibrate, validate
 from inferplan.cli_flags import (
     DeploymentFlags,
     WorkloadFlags,
@@ -38,6 +34,7 @@ from inferplan.cli_flags import (
     json_option,
     workload_options,
 )
+from inferplan.cli_output import refuse_operator_table, show
 from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
@@ -51,36 +48,16 @@ from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.prefixcache import replica_hits_json
 from inferplan.metrics.steptrace import combine_usage
 from inferplan.metrics.summary import summarize
-from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.expert_loads import class_token_shares
 from inferplan.perf.moe_report import expert_parallel_report
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
-from inferplan.plan.benchresult import bench_runs
-from inferplan.plan.calibration import (
-    USER_BOUNDS,
-    at_physical_limit,
-    calibration_yaml,
-    fit_simplex,
-)
-from inferplan.plan.published import read_published
-from inferplan.plan.published_runs import validate_rows
-from inferplan.plan.validation import Deployment, Result, predict
-from inferplan.plan.validation import validate as run_validation
 from inferplan.profile import DEVICES, profile_to_csv
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
-from inferplan.report.console import console
 from inferplan.report.memory import memory_json, memory_tables
 from inferplan.report.profile import profile_json, profile_tables
 from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
-from inferplan.report.validation import (
-    calibration_table,
-    published_json,
-    published_tables,
-    validation_json,
-    validation_tables,
-)
 from inferplan.specs.topology import topology_json
 
 INTERNAL_ERROR_EXIT = 3  # a bug in inferplan, never a user's mistake (docs/errors.md)
@@ -96,25 +73,13 @@ def app() -> None:
     """Capacity planner and serving simulator for LLM inference."""
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
-
-
-def _show(data: Any, json_out: bool, render: Callable[[Any], RenderableType]) -> None:
-    """``data`` as JSON on stdout, or ``render(data)`` as terminal tables."""
-    if json_out:
-        _print_json(data)
-    else:
-        console().print(render(data))
-
-
 @app.command()
 @deployment_options
 @json_option
 def memory(deployment: DeploymentFlags, json_out: bool) -> None:
     """Per-device memory plan: weights, activations, KV cache, and max concurrency."""
     plan = deployment.plan()
-    _show(memory_json(plan), json_out, lambda _: memory_tables(plan))
+    show(memory_json(plan), json_out, lambda _: memory_tables(plan))
     if not plan.fits:
         raise DoesNotFitError(does_not_fit_message(plan))
 
@@ -174,7 +139,7 @@ def roofline(
         "topology": topology_json(plan.topology, plan.parallelism),
         "expert_parallel": expert_parallel_report(step_model, plan),
     }
-    _show(result, json_out, roofline_tables)
+    show(result, json_out, roofline_tables)
     if not plan.fits:  # the step times are shown, but a plan that does not fit is exit 1
         raise DoesNotFitError(does_not_fit_message(plan))
 
@@ -287,7 +252,7 @@ def simulate(
             percentiles,
             goodput,
         )
-        _show(data, json_out, simulate_tables)
+        show(data, json_out, simulate_tables)
         return
     plan = deployment.plan()
     check_replicas(plan.parallelism.num_replicas)
@@ -327,107 +292,7 @@ def simulate(
     if result.records.cached_tokens is not None:
         summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
     summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
-    _show(summary, json_out, simulate_tables)
-
-
-@app.command()
-@click.option(
-    "--data",
-    default=None,
-    metavar="FILE.csv",
-    help="Published measurements in the bundled table's schema (default: the bundled table)",
-)
-@click.option("--quick", is_flag=True, help="Simulated runs keep at most 200 requests (CI)")
-@click.option(
-    "--case",
-    "cases",
-    multiple=True,
-    help="Only this case id of the end-to-end cases (repeatable; implies those cases)",
-)
-@click.option(
-    "--cases", "legacy", is_flag=True, help="The end-to-end cases (validation_cases.yaml) instead"
-)
-@json_option
-def validate(
-    data: str | None, quick: bool, cases: tuple[str, ...], legacy: bool, json_out: bool
-) -> None:
-    """Predict published measurements; print measured vs predicted and the error.
-
-    By default every row of the bundled table (TensorRT-LLM performance overviews, GPUStack's
-    vllm bench serve runs); rows that cannot be simulated are listed with the reason. The JSON
-    has `summary` per metric family (throughput, latency) and every row's prediction."""
-    if cases or legacy:
-        _show(validation_json(run_validation(list(cases) or None)), json_out, validation_tables)
-        return
-    results = validate_rows(read_published(data), quick=quick)
-    _show(published_json(results), json_out, published_tables)
-
-
-@app.command()
-@deployment_options
-@click.argument("results", nargs=-1, required=True)
-@click.option(
-    "--output",
-    "-o",
-    default="calibration.yaml",
-    show_default=True,
-    help="Where to write the fitted constants (for --calibration)",
-)
-@json_option
-def calibrate(
-    deployment: DeploymentFlags, results: tuple[str, ...], output: str, json_out: bool
-) -> None:
-    """Fit the efficiency constants to this deployment's benchmarks.
-
-    Each RESULT is a `vllm bench serve --save-result` JSON file, or a CSV table (a path ending
-    in .csv) with one row per load level. The CSV's header names request_rate (req/s or inf),
-    input_len and output_len (tokens per request), num_prompts, optionally max_concurrency and
-    burstiness, and at least one of the measurements mean_ttft_ms, mean_tpot_ms and
-    output_throughput (tok/s); an empty cell means not measured. Both kinds can be mixed. Each run
-    is re-simulated with its own settings; the table shows the error per run (file, or
-    file:line for a CSV row) and metric before and after the fit. See docs/validation.md.
-    """
-    _refuse_operator_table(deployment, "calibrate fits the roofline's constants")
-    output_path = check_output_path("--output", output)
-    plan = deployment.plan()
-    target = Deployment(
-        deployment.model,
-        deployment.gpu,
-        deployment.tp,
-        deployment.dp,
-        deployment.quantization,
-        deployment.kv_cache_dtype,
-        plan.config,
-        engine=deployment.engine,
-        pp=deployment.pp,
-        enable_expert_parallel=deployment.enable_expert_parallel,
-    )
-    runs = [run for path in results for run in bench_runs(Path(path), target)]
-    start = deployment.efficiency() or efficiency_for(plan.gpu)
-    before = [Result(run, predict(run, start)) for run in runs]
-    fitted, after = fit_simplex(runs, start, USER_BOUNDS)
-    rows = [
-        {
-            "file": b.run.case_id,
-            "metric": b.run.metric,
-            "measured": b.run.measured,
-            "error_before": b.error,
-            "error_after": a.error,
-        }
-        for b, a in zip(before, after, strict=True)
-    ]
-    pressed = at_physical_limit(fitted, USER_BOUNDS)
-    report = {"constants": fitted.to_dict(), "rows": rows, "refused": pressed or None}
-    _show(report, json_out, calibration_table)
-    if pressed:
-        raise DoesNotFitError(
-            f"calibrate: the fit needs {', '.join(pressed)} at the hardware's peak or above: "
-            "the model is missing a mechanism for these runs; no file written"
-        )
-    header = [
-        f"inferplan calibrate for {plan.spec.name} on {plan.gpu.key} from {', '.join(results)}"
-    ]
-    output_path.write_text(calibration_yaml(fitted, header))
+    show(summary, json_out, simulate_tables)
 
 
 @app.command()
@@ -452,35 +317,32 @@ def profile(
     json_out: bool,
 ) -> None:
     """Time one layer's operators with PyTorch into the CSV that --operator-table reads."""
-    _refuse_operator_table(deployment, "profile writes a table (-o)")
+    refuse_operator_table(deployment, "profile writes a table (-o)")
     if not gpu_name.strip() or "\n" in gpu_name:
         raise InferplanError("--gpu-name: expected a one-line name, e.g. H100-SXM-lab3")
     output_path = check_output_path("--output", output)
     plan = deployment.plan()
     result = profile_to_csv(plan, output_path, gpu_name=gpu_name, device=device, tiny=tiny)
-    _show(profile_json(result, output), json_out, profile_tables)
-
-
-def _refuse_operator_table(deployment: DeploymentFlags, why: str) -> None:
-    if deployment.operator_table:
-        raise InferplanError(f"--operator-table: not used here; {why}")
+    show(profile_json(result, output), json_out, profile_tables)
 
 
 @app.command()
 @json_option
 def models(json_out: bool) -> None:
     """List the bundled models with total and active parameters."""
-    _show(models_json(), json_out, models_table)
+    show(models_json(), json_out, models_table)
 
 
 @app.command()
 @json_option
 def gpus(json_out: bool) -> None:
     """List the bundled accelerators (published figures, sources in the catalog file)."""
-    _show(gpus_json(), json_out, gpus_table)
+    show(gpus_json(), json_out, gpus_table)
 
 
 app.add_command(plan)
+app.add_command(validate)
+app.add_command(calibrate)
 
 
 def main(argv: list[str] | None = None) -> int:
