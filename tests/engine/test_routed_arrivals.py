@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,11 +42,16 @@ def test_next_arrival_is_the_replicas_own_and_moves_forward() -> None:
     dispatch_s = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
     is_routed = np.array([True, True, False, True, True])
     plan = RoutedArrivals(dispatch_s, is_routed, round_robin_replicas(is_routed, 2), 2)
-    assert plan.next_arrival_s(0, 0) == 0.0  # requests 0 and 3 go to replica 0
-    assert plan.next_arrival_s(1, 0) == 1.0  # requests 1 and 4 to replica 1
-    assert plan.next_arrival_s(0, 1) == 3.0  # request 2 is rejected: not replica 0's
-    assert plan.next_arrival_s(1, 2) == 4.0
-    assert plan.next_arrival_s(0, 4) == math.inf
+    assert plan.next_arrival_s(0) == 0.0  # requests 0 and 3 go to replica 0
+    assert plan.next_arrival_s(1) == 1.0  # requests 1 and 4 to replica 1
+    plan.note_routed(0, 0)
+    assert plan.next_arrival_s(0) == 3.0  # request 2 is rejected: not replica 0's
+    plan.note_routed(1, 1)
+    assert plan.next_arrival_s(1) == 4.0
+    plan.note_routed(3, 0)
+    assert plan.next_arrival_s(0) == math.inf
+    with pytest.raises(AssertionError, match="request 4 routed to 0"):
+        plan.note_routed(4, 0)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,8 +35,8 @@ def round_robin_replicas(is_routed: npt.NDArray[np.bool_], num_replicas: int) ->
 
 
 class RoutedArrivals:
-    """Per replica, the arrival times of the requests routed to it, in arrival order, and
-    where the run stands in each list (the run's arrivals only move forward)."""
+    """Per replica, the arrival times of the requests routed to it, in arrival order, and how
+    many of them have arrived."""
 
     def __init__(
         self,
@@ -46,19 +46,17 @@ class RoutedArrivals:
         num_replicas: int,
     ) -> None:
         self.replica_of = replica_of
-        self._ids: list[list[int]] = []
-        self._times_s: list[list[float]] = []
-        for r in range(num_replicas):
-            mine = np.flatnonzero(is_routed & (replica_of == r))
-            self._ids.append(mine.tolist())
-            self._times_s.append(dispatch_s[mine].tolist())
-        self._next = [0] * num_replicas  # position of the replica's next request in its list
+        self._times_s = [dispatch_s[is_routed & (replica_of == r)] for r in range(num_replicas)]
+        self._num_arrived = [0] * num_replicas
 
-    def next_arrival_s(self, replica: int, next_request: int) -> float:
-        """When the first request routed to ``replica`` at or after request ``next_request``
-        (the run's next to arrive) arrives; inf when none is left."""
-        ids, pos = self._ids[replica], self._next[replica]
-        while pos < len(ids) and ids[pos] < next_request:
-            pos += 1
-        self._next[replica] = pos
-        return self._times_s[replica][pos] if pos < len(ids) else math.inf
+    def note_routed(self, rid: int, replica: int) -> None:
+        """Request ``rid`` was routed to ``replica``: the plan must have said so, or a stretch
+        would have run past this arrival."""
+        if self.replica_of[rid] != replica:
+            raise AssertionError(f"request {rid} routed to {replica}, planned for another")
+        self._num_arrived[replica] += 1
+
+    def next_arrival_s(self, replica: int) -> float:
+        """When the next request routed to ``replica`` arrives; inf when none is left."""
+        times, pos = self._times_s[replica], self._num_arrived[replica]
+        return float(times[pos]) if pos < len(times) else math.inf

@@ -259,8 +259,8 @@ class Simulation:
             return
         self.in_flight += 1
         replica = self.replicas[self._route(rid)]
-        # The plan must route as the router does, or stretches would skip this arrival.
-        assert self.own_arrivals is None or self.own_arrivals.replica_of[rid] == replica.index
+        if self.own_arrivals is not None:
+            self.own_arrivals.note_routed(rid, replica.index)
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
@@ -288,7 +288,7 @@ class Simulation:
             replica.step()
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
-            next_arrival_s = self.own_arrivals.next_arrival_s(replica.index, self.next_request)
+            next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
         chain = self.cfg.scheduling_policy != "priority"
