@@ -6,13 +6,14 @@ A fast-mode decode stretch must stop at the first event that can change its repl
 depends only on how many requests were routed before it, and whether a request is routed at all
 (rejected at arrival or not) depends only on the request and the configuration, so every
 request's replica is known before the run. A replica's stretch then stops at its own next
-arrival instead of at everybody's: with ``d`` replicas, stretches about ``d`` times longer.
+arrival instead of at everybody's: with ``d`` replicas, up to ``d`` times fewer splits.
 
 Where routing reads replica state (``least_outstanding``: an arrival goes to whichever replica
 has fewest requests *at its time*, so every replica's state then must be simulated first), where
-a subclass routes or times arrivals its own way (class pools), or where arrivals wait for
-finishes on any replica (``--max-concurrency``), nothing is planned and every stretch stops at
-every arrival, as before (``Simulation._own_arrivals``).
+a subclass routes or times arrivals its own way, or where arrivals wait for finishes on any
+replica (``--max-concurrency``), nothing is planned and every stretch stops at every arrival, as
+before (``Simulation._own_arrivals``). Class pools plan round robin within each pool while no
+repartition rule can move replicas (``ClassPoolSimulation._pool_arrivals``).
 
 Results are the same steps at the same times; only how a replica's run of decode steps is split
 into closed-form stretches changes, so times can differ in the last bits (a sum of ``k`` steps
