@@ -14,11 +14,11 @@ from typing import Any
 import click
 
 from inferplan.cli_checks import bounded
-from inferplan.cli_flags import option_group
+from inferplan.cli_flags import TOKENS, option_group
 from inferplan.engine.admission import EXHAUSTION_POLICIES, POLICIES, AdmissionConfig
 from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import InferplanError
-from inferplan.limits import MAX_SPAN_S, MAX_TOKENS
+from inferplan.limits import MAX_SPAN_S
 from inferplan.metrics.admission import admission_summary
 from inferplan.metrics.summary import DEFAULT_OUTPUT_BUCKETS
 from inferplan.workload.predict import PREDICTORS, PredictorSpec
@@ -126,13 +126,13 @@ admission_options = option_group(
         ),
         click.option(
             "--admission-token-budget",
-            type=bounded(1, MAX_TOKENS, limit="MAX_TOKENS"),
+            type=TOKENS,
             default=None,
             help="token-budget: reserved tokens of running requests (default: the KV pool's)",
         ),
         click.option(
             "--admission-max-tokens",
-            type=bounded(1, MAX_TOKENS, limit="MAX_TOKENS"),
+            type=TOKENS,
             default=None,
             help="reserve-max: each request's max_tokens (default: up to --max-model-len)",
         ),

@@ -19,18 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplan.cli_flags import build_memory_plan
-from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.prefixcache import PrefixCache
 from inferplan.memory.tiers import OffloadConfig, TierSpec
-from inferplan.metrics.histogram import ItlHistogram
-from inferplan.metrics.records import RequestRecords, RequestStatus
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.records import RequestStatus
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, arrival_times_s
+
+from .replica_helpers import replica_at_zero
 
 COMPLETED = int(RequestStatus.COMPLETED)
 BLOCK_BYTES = 1e6
@@ -65,12 +64,6 @@ def _replica(
     block_size: int = 4,
     num_blocks: int = 4,
 ) -> Replica:
-    n = len(prompts)
-    records = RequestRecords.empty(n)
-    records.input_tokens[:] = prompts
-    assert records.requested_output_tokens is not None
-    records.requested_output_tokens[:] = outputs
-    records.arrival_s[:] = 0.0
     cfg = SchedulerConfig(
         max_num_batched_tokens=8192,
         max_num_seqs=1024,
@@ -79,16 +72,7 @@ def _replica(
         kv_block_bytes=BLOCK_BYTES,
         kv_tiers=tiers,
     )
-    return Replica(
-        0,
-        cfg,
-        _model(),
-        records,
-        np.array(prompts, dtype=np.int64),
-        WaitingQueue("fcfs", None),
-        ItlHistogram(),
-        StepTrace(num_blocks),
-    )
+    return replica_at_zero(prompts, outputs, cfg, _model())
 
 
 def _two_running_at_block_boundary(tiers: OffloadConfig) -> Replica:

@@ -20,13 +20,13 @@ from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig
-from inferplan.metrics.histogram import ItlHistogram
-from inferplan.metrics.records import RequestRecords, RequestStatus
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.records import RequestStatus
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload
+
+from .replica_helpers import replica_at_zero
 
 
 @cache
@@ -70,12 +70,6 @@ def _replica(
     waiting: WaitingQueue | None = None,
 ) -> Replica:
     """A replica with requests ``0..n-1`` known to it (none queued yet: see ``add_request``)."""
-    n = len(prompts)
-    records = RequestRecords.empty(n)
-    records.input_tokens[:] = prompts
-    assert records.requested_output_tokens is not None
-    records.requested_output_tokens[:] = outputs
-    records.arrival_s[:] = 0.0
     cfg = SchedulerConfig(
         max_num_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
@@ -86,16 +80,7 @@ def _replica(
         kv_block_bytes=kv_block_bytes,
         num_scheduler_steps=num_scheduler_steps,
     )
-    return Replica(
-        0,
-        cfg,
-        _model(),
-        records,
-        np.array(prompts, dtype=np.int64),
-        waiting if waiting is not None else WaitingQueue("fcfs", None),
-        ItlHistogram(),
-        StepTrace(num_blocks),
-    )
+    return replica_at_zero(prompts, outputs, cfg, _model(), waiting)
 
 
 def _with_all_queued(replica: Replica) -> Replica:

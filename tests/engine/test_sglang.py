@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from inferplan.cli import main
 from inferplan.cli_flags import build_memory_plan
-from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.session import ServingOptions
 from inferplan.engine.sglang import (
@@ -26,12 +25,12 @@ from inferplan.engine.sglang import (
 )
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
-from inferplan.metrics.histogram import ItlHistogram
-from inferplan.metrics.records import RequestRecords, RequestStatus
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.records import RequestStatus
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, arrival_times_s
+
+from .replica_helpers import replica_at_zero
 
 D = NEW_TOKEN_RATIO_DECAY
 
@@ -47,12 +46,6 @@ def _model() -> StepTimeModel:
 def _replica(
     prompts: list[int], outputs: list[int], *, num_blocks: int = 100_000, budget: int = 8192
 ) -> Replica:
-    n = len(prompts)
-    records = RequestRecords.empty(n)
-    records.input_tokens[:] = prompts
-    assert records.requested_output_tokens is not None
-    records.requested_output_tokens[:] = outputs
-    records.arrival_s[:] = 0.0
     cfg = SchedulerConfig(
         max_num_batched_tokens=budget,
         max_num_seqs=4096,
@@ -60,16 +53,7 @@ def _replica(
         num_blocks=num_blocks,
         scheduler="sglang",
     )
-    replica = Replica(
-        0,
-        cfg,
-        _model(),
-        records,
-        np.array(prompts, dtype=np.int64),
-        WaitingQueue("fcfs", None),
-        ItlHistogram(),
-        StepTrace(num_blocks),
-    )
+    replica = replica_at_zero(prompts, outputs, cfg, _model())
     assert isinstance(replica.scheduler, SglangScheduler)
     return replica
 
