@@ -31,6 +31,7 @@ import numpy as np
 from inferplan.cluster.classpools import DONOR_FRACTION, ClassPools, Move, class_pools_json
 from inferplan.engine.policies import ROUTERS
 from inferplan.engine.replica import Replica
+from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult, same_time_s
 from inferplan.errors import InferplanError
 from inferplan.perf.protocol import StepTimeModel
@@ -90,6 +91,21 @@ class ClassPoolSimulation(Simulation):
         self.cooldown_until_s = -math.inf
         self.num_checks = 0  # the next check is at (num_checks + 1) x interval
         self.pending: list[list[int]] = [[] for _ in spec.pools]  # no first token at last check
+        self.own_arrivals = self._pool_arrivals()
+
+    def _pool_arrivals(self) -> RoutedArrivals | None:
+        """Without a repartition rule the pools never change, so round robin within each pool
+        is known before the run: each replica's stretches stop at its own arrivals only
+        (``engine/routed_arrivals.py``). A rule's checks read every replica: none planned."""
+        if self.rule is not None or not self._routing_is_static():
+            return None
+        is_routed = self._is_routed_at_arrival()
+        replica_of = np.zeros(len(is_routed), dtype=np.int64)
+        for pool, members in enumerate(self.members):
+            mine = self.pool_of_request == pool
+            local = round_robin_replicas(is_routed & mine, len(members))
+            replica_of[mine] = np.asarray(members, dtype=np.int64)[local[mine]]
+        return RoutedArrivals(self.records.dispatch_s, is_routed, replica_of, len(self.replicas))
 
     # ---- routing ---------------------------------------------------------------------------
 

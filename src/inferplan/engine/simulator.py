@@ -3,7 +3,8 @@
 The loop keeps one clock per replica (when its next step starts). It repeatedly takes the
 earliest of: the next arrival (routed when every busy replica has reached its time, so the
 router sees their state then), or the earliest busy replica's next step, which runs one step or,
-in fast mode, a whole pure-decode stretch that stops before the next arrival. Same-time ordering
+in fast mode, a whole pure-decode stretch that stops before the next arrival (with round robin,
+the next one routed to that replica: ``engine/routed_arrivals.py``). Same-time ordering
 is defined once: an arrival at time t is seen by any step that starts at t or later.
 
 Client side, as ``vllm bench serve``: a request is sent at its trace time; with
@@ -29,6 +30,7 @@ from inferplan.engine.aging import AgingQueue
 from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
+from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
@@ -157,6 +159,43 @@ class Simulation:
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
         self.num_routed = 0
         self.num_done = 0
+        self.own_arrivals = self._own_arrivals()
+
+    def _own_arrivals(self) -> RoutedArrivals | None:
+        """Each replica's own arrivals, where routing is known before the run (round robin,
+        ``_routing_is_static``) and this class routes and times arrivals as ``Simulation``
+        does. Otherwise None: stretches stop at every arrival (``engine/routed_arrivals.py``)."""
+        if not self._routing_is_static():
+            return None
+        cls = type(self)
+        for name in ("_route", "_arrive", "_next_arrival_s"):
+            if getattr(cls, name) is not getattr(Simulation, name):
+                return None  # a subclass (class pools) plans its own routing, or none
+        is_routed = self._is_routed_at_arrival()
+        replica_of = round_robin_replicas(is_routed, len(self.replicas))
+        return RoutedArrivals(self.records.dispatch_s, is_routed, replica_of, len(self.replicas))
+
+    def _routing_is_static(self) -> bool:
+        """Fast mode, several replicas, a router that reads no replica state (round robin),
+        and no client concurrency limit (a held request waits for a finish on any replica)."""
+        cfg = self.cfg
+        return (
+            not cfg.exact
+            and len(self.replicas) > 1
+            and cfg.router == "round_robin"
+            and cfg.max_concurrency is None
+        )
+
+    def _is_routed_at_arrival(self) -> np.ndarray:
+        """Per request: not rejected at arrival (``_arrive``'s test, on every request)."""
+        wl, sched = self.workload, self.cfg.scheduler
+        total = wl.input_tokens + wl.output_tokens
+        reserves_all = self.scheduler_kind.reserves_whole_request
+        unschedulable = self.pool.blocks_for(total - (0 if reserves_all else 1)) > sched.num_blocks
+        if self.scheduler_kind.whole_prompts:
+            unschedulable |= wl.input_tokens > sched.max_num_batched_tokens
+        is_routed: np.ndarray = ~((total > self.cfg.max_model_len) | unschedulable)
+        return is_routed
 
     def _admission_ledger(self, workload: Workload) -> AdmissionLedger | None:
         adm = self.cfg.admission
@@ -223,6 +262,8 @@ class Simulation:
             return
         self.in_flight += 1
         replica = self.replicas[self._route(rid)]
+        if self.own_arrivals is not None:
+            self.own_arrivals.note_routed(rid, replica.index)
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
@@ -254,6 +295,8 @@ class Simulation:
         if self.cfg.exact or not stretches.can_stretch():
             self._step_or_wait(replica, next_arrival_s)
             return
+        if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
+            next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
         # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
         # its own (``Scheduler.victim_row``), so those steps go through the general path.
         chain = self.cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
