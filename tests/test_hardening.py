@@ -462,3 +462,25 @@ def test_a_completed_run_with_rejected_requests_exits_0(
     code, out, err = run(capsys, *argv, "--random-input-len", "4000", "--json")
     assert code == 0, err
     assert json.loads(out)["rejected"] == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--engine", "sglang", "--scheduler", "static"], "--scheduler static"),
+        (["--engine", "sglang", "--scheduling-policy", "spf"], "--scheduling-policy spf"),
+        (
+            ["--model", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--engine", "sglang"],
+            "--engine sglang",
+        ),
+    ],
+)
+def test_sglang_refuses_what_it_does_not_emulate(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str
+) -> None:
+    """SGLang's scheduler is its own (no --scheduler), FCFS only, and has no state pool for
+    Mamba layers: each is one error line, not a silent vLLM run or an aborted simulation."""
+    base = ["simulate", *LLAMA, "--num-prompts", "5"]
+    if "--model" in argv:
+        base = ["simulate", "--gpu", "h100", "--num-prompts", "5"]
+    assert refused(capsys, *base, *argv).startswith(f"error: {flag}")

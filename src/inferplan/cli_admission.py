@@ -134,7 +134,8 @@ admission_options = option_group(
             "--admission-max-tokens",
             type=TOKENS,
             default=None,
-            help="reserve-max: each request's max_tokens (default: up to --max-model-len)",
+            help="reserve-max: the output tokens each request reserves, its max_tokens (default: "
+            "up to --max-model-len); requests still end at their own output length",
         ),
         click.option(
             "--on-exhaustion",
@@ -151,7 +152,7 @@ admission_options = option_group(
         ),
         click.option(
             "--predictor-sigma",
-            type=bounded(0, 100, is_int=False),
+            type=bounded(0, 10, is_int=False),  # e^(10 z) stays finite for any draw
             default=None,
             help="noisy: sigma of the lognormal multiplicative error (0.5)",
         ),

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_TOKENS
 from inferplan.workload.predict import PredictorSpec, predict_output_tokens
 
 TRUE = np.array([100, 200, 300, 400, 5000, 6000, 7000, 8000], dtype=np.int64)
@@ -60,3 +61,15 @@ def test_bad_predictor_settings_name_the_flag(
 ) -> None:
     with pytest.raises(InferplanError, match=flag):
         predict_output_tokens(spec, TRUE, CLASSES, quantile)
+
+
+def test_wide_noisy_predictions_stay_whole_positive_and_bounded() -> None:
+    """Draws of e^(sigma z) far above int64 were cast to negative lengths (SPF served them
+    first); they are clipped to [1, MAX_TOKENS] before the cast."""
+    true = np.full(2_000, 50_000, dtype=np.int64)
+    classes = np.zeros(2_000, dtype=np.int64)
+    spec = PredictorSpec("noisy", sigma=10.0, bias=1e6, seed=1)
+    with np.errstate(all="raise"):
+        pred = predict_output_tokens(spec, true, classes, 0.99)
+    for column in (pred.point_tokens, pred.quantile_tokens):
+        assert column.min() >= 1 and column.max() == MAX_TOKENS

@@ -55,6 +55,16 @@ class ServingOptions:
             raise InferplanError(f"--scheduler: valid: {', '.join(SCHEDULERS)}")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise InferplanError(f"--preemption-mode: valid: {', '.join(PREEMPTION_MODES)}")
+        if self.engine == "sglang" and self.scheduler != "continuous":
+            raise InferplanError(
+                f"--scheduler {self.scheduler}: --engine sglang runs SGLang's own scheduler; "
+                "drop --scheduler (or use --engine vllm)"
+            )
+        if self.engine == "sglang" and self.scheduling_policy != "fcfs":
+            raise InferplanError(
+                f"--scheduling-policy {self.scheduling_policy}: SGLang's scheduler is emulated "
+                "first-come-first-served only (fcfs)"
+            )
         if self.engine not in ENGINE_SCHEDULERS:
             raise InferplanError(
                 f"--engine {self.engine}: its scheduler is not emulated yet; "
@@ -145,6 +155,13 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
     host_link = plan.gpu.host_link_bytes_s or 32e9
     layout = pool_layout(plan)  # full and sliding-window layers share the pool
     dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
+    if options.engine == "sglang" and any(g.max_blocks == 1 for g in layout.groups):
+        # SGLang's admission counts tokens in its pool; a fixed per-sequence state (Mamba,
+        # linear attention) lives in a separate pool there, which is not emulated.
+        raise InferplanError(
+            f"--engine sglang: {plan.spec.name} keeps a per-sequence linear-attention state; "
+            "SGLang's separate state pool is not emulated: use --engine vllm"
+        )
     scheduler = SchedulerConfig(
         max_num_batched_tokens=cfg.max_num_batched_tokens * dpa,
         max_num_seqs=cfg.max_num_seqs * dpa,

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.errors import InferplanError
+from inferplan.limits import MAX_TOKENS
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -59,7 +60,9 @@ class Predictions:
 
 
 def _whole(tokens: FloatArray) -> IntArray:
-    return np.maximum(np.ceil(tokens), 1).astype(np.int64)
+    """Whole tokens, at least 1 and at most ``MAX_TOKENS``: a wide noisy predictor's draws can
+    exceed int64 (or be inf), and no request is longer than the sanity bound anyway."""
+    return np.clip(np.ceil(tokens), 1, MAX_TOKENS).astype(np.int64)
 
 
 def _oracle(
