@@ -30,7 +30,13 @@ import numpy as np
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency, bundled_efficiency
 from inferplan.plan.calibration import golden_section, huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
-from inferplan.plan.published_runs import RowResult, engine_release, run_setup, validate_rows
+from inferplan.plan.published_runs import (
+    RowResult,
+    engine_release,
+    errors_by,
+    run_setup,
+    validate_rows,
+)
 from inferplan.specs.hardware import load_gpu
 
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -163,13 +169,9 @@ def model_family(row: PublishedRow) -> str:
 
 
 def table(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
-    groups: dict[str, list[float]] = {}
-    for r in results:
-        if r.error is not None:
-            groups.setdefault(key(r.row), []).append(abs(r.error))
     lines = [f"| {title} | n | median | p90 | max |", "|---|---:|---:|---:|---:|"]
-    for name in sorted(groups):
-        e = np.array(groups[name])
+    for name, signed in errors_by(results, key).items():
+        e = np.abs(signed)
         lines.append(
             f"| {name} | {e.size} | {np.median(e):.1%} | {np.percentile(e, 90):.1%} "
             f"| {e.max():.1%} |"

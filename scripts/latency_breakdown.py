@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
-from inferplan.plan.published_runs import RowResult, validate_rows
+from inferplan.plan.published_runs import RowResult, errors_by, validate_rows
 
 
 def latency_rows() -> list[PublishedRow]:
@@ -58,13 +58,8 @@ GROUPS: dict[str, Callable[[PublishedRow], str]] = {
 
 
 def table(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
-    groups: dict[str, list[float]] = {}
-    for r in results:
-        if r.error is not None:
-            groups.setdefault(key(r.row), []).append(r.error)
     lines = [f"| {title} | n | median signed | median abs | p90 abs |", "|---|---:|---:|---:|---:|"]
-    for name in sorted(groups):
-        e = np.array(groups[name])
+    for name, e in errors_by(results, key).items():
         lines.append(
             f"| {name} | {e.size} | {np.median(e):+.1%} | {np.median(abs(e)):.1%} "
             f"| {np.percentile(abs(e), 90):.1%} |"

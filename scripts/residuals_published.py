@@ -24,6 +24,7 @@ from inferplan.plan.published import PublishedRow, bundled_published, skip_reaso
 from inferplan.plan.published_runs import (
     RowResult,
     engine_release,
+    errors_by,
     memory_plan,
     run_setup,
     validate_rows,
@@ -62,13 +63,8 @@ KEYS: dict[str, Callable[[PublishedRow], str]] = {
 
 
 def breakdown(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
-    groups: dict[str, list[float]] = {}
-    for r in results:
-        if r.error is not None:
-            groups.setdefault(key(r.row), []).append(r.error)
     lines = [f"{title:<34} {'n':>4} {'bias':>8} {'median':>8} {'p90':>8}"]
-    for name in sorted(groups):
-        e = np.array(groups[name])
+    for name, e in errors_by(results, key).items():
         lines.append(
             f"{name:<34} {e.size:>4} {np.median(e):>+8.1%} {np.median(abs(e)):>8.1%} "
             f"{np.percentile(abs(e), 90):>8.1%}"

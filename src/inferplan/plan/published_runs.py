@@ -382,6 +382,18 @@ class RowResult:
         return (self.predicted - self.row.value) / self.row.value
 
 
+def errors_by(
+    results: list[RowResult], key: Callable[[PublishedRow], str]
+) -> dict[str, np.ndarray]:
+    """The signed relative errors of the predicted rows, grouped by ``key(row)``, groups in
+    sorted order (the residual and fit scripts' breakdown tables)."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.error is not None:
+            groups.setdefault(key(r.row), []).append(r.error)
+    return {name: np.array(groups[name]) for name in sorted(groups)}
+
+
 def group_runs(rows: list[PublishedRow]) -> dict[tuple[object, ...], list[PublishedRow]]:
     """Rows by run, in file order (each run is prepared and predicted once)."""
     runs: dict[tuple[object, ...], list[PublishedRow]] = {}
