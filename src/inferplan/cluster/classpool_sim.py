@@ -158,7 +158,8 @@ class ClassPoolSimulation(Simulation):
         assert self.rule is not None
         if self.rule.signal == "queue":
             return [
-                float(sum(len(self.replicas[i].waiting) + len(self.replicas[i].swapped) for i in m))
+                # Queued, swapped out, or waiting for a KV reload: everything not running.
+                float(sum(self.replicas[i].outstanding - len(self.replicas[i].running) for i in m))
                 for m in self.members
             ]
         return [self._ttft_signal(k, now) for k in range(len(self.members))]
