@@ -9,8 +9,9 @@ import pytest
 
 from inferplan.memory.plan import weight_formats_for
 from inferplan.perf.batch import StepBatch, StepTime, chunk_attention_pairs
+from inferplan.perf.cudagraph import CUDA_GRAPH_MAX_BATCH
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.roofline import CUDA_GRAPH_MAX_BATCH, RooflineModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row
 from inferplan.specs.dtypes import KV_FORMATS
 from inferplan.specs.model import parse_config

@@ -1,7 +1,7 @@
 """SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction.
 
-Emulates SGLang 0.5.4 (``sglang/srt/managers/scheduler.py``, ``schedule_policy.py``
-``PrefillAdder``, ``schedule_batch.py`` ``retract_decode``; ``../shared/notes/engines.md`` sec. 2):
+Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/scheduler.py``,
+``schedule_policy.py`` ``PrefillAdder``, ``schedule_batch.py`` ``retract_decode``):
 
 - **Prefill first, mixed chunk off (its default).** When a prefill (extend) batch can be formed
   it runs alone and the running decodes wait that step. The unfinished chunked request goes

@@ -3,7 +3,7 @@
 A pure-decode step of ``n`` sequences replays the captured graph of the smallest capture size
 ``>= n`` (its rows padded with dummy tokens), or runs eagerly (a launch per kernel) above the
 largest size, or, where the engine does not pad, at any size that was not captured
-(``../shared/notes/engines.md`` sec. 1.6, 2, 3):
+(from each engine's source, cited per engine below):
 
 - **vLLM 0.10/0.11**: ``[1, 2, 4] + 8..max step 8``, ``max = min(2 * max_num_seqs, 512)``,
   sizes above ``max_num_batched_tokens`` dropped (``config/__init__.py``
@@ -16,14 +16,18 @@ largest size, or, where the engine does not pad, at any size that was not captur
   128), no padding by default (``llm_args.py`` ``CudaGraphConfig``): other sizes run eager.
 
 Padded rows cost what real rows cost in the weight GEMMs (they read no KV), so a step of ``n``
-sequences is timed as ``padded`` rows for its per-sequence terms; the step-time model reads
-only ``graph_batch``.
+sequences is timed as ``padded`` rows for its per-sequence terms; the step-time model asks
+``decode_graph`` which rows run and whether the step is eager.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+
+from inferplan.perf.batch import StepBatch
+
+CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
 
 TRTLLM_GRAPH_SIZES = (*range(1, 32), 32, 64, 128)
 
@@ -78,3 +82,21 @@ def engine_graphs(
     if engine == "trtllm":
         return CudaGraphs(TRTLLM_GRAPH_SIZES, pads=False)
     return CudaGraphs(vllm_graph_sizes(max_num_seqs, max_num_batched_tokens))
+
+
+def decode_graph(
+    graphs: CudaGraphs | None, enabled: bool, batch: StepBatch, dpa: int
+) -> tuple[int, bool]:
+    """(token rows the step's GEMMs run, whether the step launches eagerly) for one step.
+
+    Only a pure decode with graphs ``enabled`` replays a graph. ``graphs`` None is the generic
+    rule: every decode batch up to ``CUDA_GRAPH_MAX_BATCH`` per DP-attention rank captured, no
+    padding. Padding applies without DP attention only (each rank's batch is its own).
+    """
+    if not enabled or batch.prefill_tokens:
+        return batch.num_tokens, True
+    if graphs is None:
+        return batch.num_tokens, batch.num_decode_seqs / dpa > CUDA_GRAPH_MAX_BATCH
+    eager = graphs.graph_batch(batch.num_decode_seqs // dpa) is None
+    padded = graphs.graph_batch(batch.num_decode_seqs) if dpa == 1 else None
+    return (batch.num_tokens if padded is None else padded), eager

@@ -27,7 +27,7 @@ import numpy as np
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
-from inferplan.perf.cudagraph import CudaGraphs
+from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, rank_table
 from inferplan.perf.op import Op
@@ -40,7 +40,6 @@ from inferplan.specs.params import expert_params, ffn_matrices
 from inferplan.specs.topology import Topology, topology_for
 
 ACT_BYTES = 2.0  # bf16 activations
-CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
 LINE_CACHE_SIZE = 4096
 
 
@@ -219,7 +218,10 @@ class RooflineModel:
         routed experts see every rank's tokens, spread over all ``ep`` ranks."""
         m = self._microbatches(batch)
         dpa = self.par.attention_dp
-        tokens = self._graph_rows(batch) / m
+        # A pure decode replaying a captured graph runs its padded rows in the GEMMs (the
+        # padding reads no KV: attention keeps the real rows).
+        rows, _ = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
+        tokens = rows / m
         local = tokens / dpa
         ops: list[Op] = []
         comm = 0.0
@@ -455,29 +457,13 @@ class RooflineModel:
         )
         return op, float(self.expert_table(ffn).hit_probability.max())
 
-    def _graph_rows(self, batch: StepBatch) -> int:
-        """Token rows the step's GEMMs run: a pure decode replaying a captured graph runs its
-        padded size (the padding reads no KV: attention keeps the real rows)."""
-        if self.graphs is None or not self.cuda_graphs or batch.prefill_tokens:
-            return batch.num_tokens
-        if self.par.attention_dp > 1:
-            return batch.num_tokens
-        padded = self.graphs.graph_batch(batch.num_decode_seqs)
-        return batch.num_tokens if padded is None else padded
-
     def _overhead(self, batch: StepBatch) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
         seqs = (batch.num_decode_seqs + batch.num_prefill_seqs) / dpa
         overhead = self.eff.step_overhead_s + self.eff.per_seq_overhead_s * seqs
         overhead += self.eff.layer_overhead_s * self.stage_layers
-        eager = (
-            not self.cuda_graphs
-            or batch.prefill_tokens > 0
-            or batch.num_decode_seqs / dpa > CUDA_GRAPH_MAX_BATCH
-        )
-        if self.graphs is not None and self.cuda_graphs and not batch.prefill_tokens:
-            eager = self.graphs.graph_batch(batch.num_decode_seqs // dpa) is None
+        _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
         return overhead / self._pipeline_factor(batch)
