@@ -19,6 +19,11 @@ import subprocess
 import sys
 from typing import Any
 
+# Quantile 0.5 of a noisy predictor biased to a quarter of the true length: under-reserves.
+UNDER_PREDICTING = (
+    *("--admission", "quantile", "--admission-quantile", "0.5"),
+    *("--length-predictor", "noisy", "--predictor-bias", "0.25"),
+)
 POLICY_SETS: dict[str, dict[str, list[str]]] = {
     "main": {
         "reserve-none (vLLM default)": [],
@@ -29,62 +34,22 @@ POLICY_SETS: dict[str, dict[str, list[str]]] = {
             *("--admission", "quantile", "--length-predictor", "noisy"),
         ],
         "quantile 0.5, noisy bias 0.25 (under), no headroom, preempt": [
-            *(
-                "--admission",
-                "quantile",
-                "--admission-quantile",
-                "0.5",
-                "--length-predictor",
-                "noisy",
-            ),
-            *("--predictor-bias", "0.25"),
+            *UNDER_PREDICTING,
             *("--admission-headroom", "0"),
         ],
         "same, 10% headroom, preempt": [
-            *(
-                "--admission",
-                "quantile",
-                "--admission-quantile",
-                "0.5",
-                "--length-predictor",
-                "noisy",
-            ),
-            *("--predictor-bias", "0.25"),
+            *UNDER_PREDICTING,
         ],
         "same, no headroom, truncate": [
-            *(
-                "--admission",
-                "quantile",
-                "--admission-quantile",
-                "0.5",
-                "--length-predictor",
-                "noisy",
-            ),
-            *("--predictor-bias", "0.25"),
+            *UNDER_PREDICTING,
             *("--admission-headroom", "0", "--on-exhaustion", "truncate"),
         ],
         "same, no headroom, reject": [
-            *(
-                "--admission",
-                "quantile",
-                "--admission-quantile",
-                "0.5",
-                "--length-predictor",
-                "noisy",
-            ),
-            *("--predictor-bias", "0.25"),
+            *UNDER_PREDICTING,
             *("--admission-headroom", "0", "--on-exhaustion", "reject"),
         ],
         "same, no headroom, queue": [
-            *(
-                "--admission",
-                "quantile",
-                "--admission-quantile",
-                "0.5",
-                "--length-predictor",
-                "noisy",
-            ),
-            *("--predictor-bias", "0.25"),
+            *UNDER_PREDICTING,
             *("--admission-headroom", "0", "--on-exhaustion", "queue"),
         ],
         "token-budget q0.5 oracle (pool tokens)": [
