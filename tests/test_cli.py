@@ -7,24 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from inferplan.cli import main
+from cli_run import assert_one_line_error, run
 from inferplan.specs.catalog import BUNDLED_MODELS
 
 LLAMA8_H100 = ["memory", "--model", "Llama-3.1-8B", "--gpu", "h100"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    return lines[0]
 
 
 # --- JSON output ----------------------------------------------------------------------------

@@ -7,21 +7,7 @@ import json
 
 import pytest
 
-from inferplan.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    return lines[0]
-
+from cli_run import assert_one_line_error, run
 
 SIM = [
     *("simulate", "--model", "Llama-3.1-8B", "--gpu", "h200"),

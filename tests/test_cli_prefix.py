@@ -4,16 +4,10 @@ import json
 
 import pytest
 
-from inferplan.cli import main
+from cli_run import run
 
 PREFIX5 = ("--random-prefix-len", "5")
 SIM = ("simulate", "--model", "Llama-3.1-8B", "--gpu", "h100", "--num-prompts", "20")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_shared_prefix_hits_and_off_has_no_hit_rate(capsys: pytest.CaptureFixture[str]) -> None:
