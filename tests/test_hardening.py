@@ -19,18 +19,10 @@ from inferplan.cli import main
 from inferplan.memory.plan import MemoryConfig
 from inferplan.plan.validation import Deployment, _plan
 from time_limit import time_limit
+from tiny_configs import tiny_llama
 
 LLAMA = ["--model", "Llama-3.1-8B", "--gpu", "h100"]
-TINY_CONFIG: dict[str, Any] = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "intermediate_size": 512,
-    "vocab_size": 1000,
-    "max_position_embeddings": 2048,
-}
+TINY_CONFIG = tiny_llama()
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

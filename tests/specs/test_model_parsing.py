@@ -13,6 +13,7 @@ from inferplan.errors import InferplanError
 from inferplan.specs.catalog import load_model
 from inferplan.specs.model import ModelSpec, QuantizationDefault, parse_config
 from inferplan.specs.params import count_params
+from tiny_configs import tiny_llama
 
 
 def bundled(short: str) -> dict[str, Any]:
@@ -30,22 +31,6 @@ def write_config(directory: Path, cfg: dict[str, Any]) -> Path:
     path = directory / "config.json"
     path.write_text(json.dumps(cfg))
     return path
-
-
-def tiny_llama(**overrides: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "model_type": "llama",
-        "hidden_size": 256,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "intermediate_size": 512,
-        "vocab_size": 1000,
-        "max_position_embeddings": 2048,
-        "torch_dtype": "bfloat16",
-    }
-    cfg.update(overrides)
-    return cfg
 
 
 # --- malformed and incomplete configs --------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from inferplan.workload.request import Workload
+from inferplan.workload.streams import stream
 from inferplan.workload.synthetic import truncated_lognormal_lengths
 
 BURST_SHARE = 10  # one request in ten belongs to the burst
@@ -30,7 +31,7 @@ def burst_size(num_prompts: int) -> int:
 
 def add_burst(background: Workload, num_burst: int, seed: int, max_tokens: int) -> Workload:
     """``background`` plus ``num_burst`` long-output requests arriving together (module doc)."""
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
+    rng = stream(seed, "burst")
     prompts = rng.choice(background.input_tokens, size=num_burst)
     outputs = np.minimum(
         truncated_lognormal_lengths(

@@ -43,6 +43,7 @@ from inferplan.workload.bundled import resolve_trace_path
 from inferplan.workload.burst import add_burst, burst_size
 from inferplan.workload.request import IntArray, Workload
 from inferplan.workload.servegen import load_servegen, sample_servegen
+from inferplan.workload.streams import stream
 from inferplan.workload.traces import load_trace
 
 
@@ -108,7 +109,7 @@ def build_workload(
 def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
     """(lengths, arrivals) generators from one seed; see the module doc."""
     lengths = synthetic.make_rng(seed)  # validates the seed
-    arrivals = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    arrivals = stream(seed, "arrivals")
     return lengths, arrivals
 
 

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from inferplan.errors import InferplanError
 from inferplan.limits import MAX_TOKENS
+from inferplan.workload.streams import stream
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -89,7 +90,7 @@ def _noisy(
     spec: PredictorSpec, output_tokens: IntArray, class_ids: IntArray, quantile: float
 ) -> tuple[FloatArray, FloatArray]:
     # A stream of its own, spawned from the seed: the workload's streams are untouched.
-    rng = np.random.default_rng(np.random.SeedSequence(spec.seed).spawn(3)[2])
+    rng = stream(spec.seed, "predictor")
     error = spec.bias * np.exp(spec.sigma * rng.standard_normal(len(output_tokens)))
     estimate = output_tokens * error
     return estimate, estimate * math.exp(spec.sigma * NormalDist().inv_cdf(quantile))

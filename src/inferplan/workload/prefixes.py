@@ -11,7 +11,7 @@ them into its own block size, ``prefixcache.regroup_hashes``):
   once and prepended to every prompt, so each prompt is N + its drawn input length tokens
   (``total_input_len = prefix_len + input_lens[i]``). ``num_groups`` K > 1 (not a vLLM flag)
   draws K distinct prefixes of N tokens and assigns each request one uniformly at random from a
-  stream spawned from the seed (``SeedSequence(seed, spawn_key=(1,))``), so lengths and arrivals
+  stream spawned from the seed (``streams.py``), so lengths and arrivals
   do not change with K. The prefix's full blocks are shared within a group; every later full
   block of a prompt (the one that straddles the prefix's end included) is unique to its request.
 - ``session_hashes``: multi-turn conversations. A turn's prompt is the previous turn's prompt +
@@ -32,6 +32,7 @@ import numpy as np
 
 from inferplan.errors import InferplanError
 from inferplan.workload.request import IntArray, Workload
+from inferplan.workload.streams import stream
 
 HASH_BLOCK_TOKENS = 16  # vLLM's default KV block size on CUDA (engines.md 1.2)
 # Hash ids one workload may hold (one Python int each, ~40 bytes in a tuple: ~0.4 GB).
@@ -42,7 +43,7 @@ def prefix_groups(num_requests: int, num_groups: int, seed: int) -> IntArray:
     """Each request's prefix group, uniform over ``num_groups`` from the seed's prefix stream."""
     if num_groups == 1:
         return np.zeros(num_requests, dtype=np.int64)
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))
+    rng = stream(seed, "prefixes")
     return rng.integers(0, num_groups, size=num_requests).astype(np.int64)
 
 
