@@ -130,6 +130,7 @@ def test_reload_waits_off_the_batch_and_restores_the_computed_tokens() -> None:
     replica.step()  # request 1 is admitted: 3 blocks, its read starts, it waits
     replica.check_invariants()
     assert len(replica.running) == 0 and [x.request_id for x in offload.loading] == [1]
+    assert replica.queued == 1  # a reloading request counts as queued (the pools' queue signal)
     read_start = max(admitted, landed)
     ready = read_start + 2 * BLOCK_BYTES / READ_BYTES_S
     assert offload.loading[0].ready_s == pytest.approx(ready, rel=1e-12)

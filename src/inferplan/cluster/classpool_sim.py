@@ -157,11 +157,7 @@ class ClassPoolSimulation(Simulation):
     def _signals(self, now: float) -> list[float]:
         assert self.rule is not None
         if self.rule.signal == "queue":
-            return [
-                # Queued, swapped out, or waiting for a KV reload: everything not running.
-                float(sum(self.replicas[i].outstanding - len(self.replicas[i].running) for i in m))
-                for m in self.members
-            ]
+            return [float(sum(self.replicas[i].queued for i in m)) for m in self.members]
         return [self._ttft_signal(k, now) for k in range(len(self.members))]
 
     def _ttft_signal(self, pool: int, now: float) -> float:

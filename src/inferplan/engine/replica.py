@@ -133,6 +133,11 @@ class Replica:
         return len(self.running) + len(self.waiting) + len(self.swapped) + loading
 
     @property
+    def queued(self) -> int:
+        """Requests here that do not run: queued, swapped out, or waiting for a KV reload."""
+        return self.outstanding - len(self.running)
+
+    @property
     def used_blocks(self) -> int:
         return self.pool.used
 
