@@ -1,0 +1,183 @@
+"""A serving engine's HTTP front end as its own stage: the CPU work outside the engine loop.
+
+vLLM v1 runs its OpenAI API server (HTTP, chat template, tokenisation, incremental
+detokenisation, SSE streaming) in a process apart from ``EngineCore`` (``vllm/v1/engine/
+async_llm.py``: ``AsyncLLM`` and its ``output_handler`` task, ``core_client.py``: ZMQ to the core
+process); SGLang splits it into ``TokenizerManager`` and ``DetokenizerManager`` processes
+(``python/sglang/srt/managers``); ``trtllm-serve`` is a FastAPI server in front of its executor.
+Their work overlaps the GPU: it bounds a run only when it is larger (a max, not a sum), and it
+delays every token it has to wait for. ``vllm bench serve``'s client (one asyncio loop parsing
+every SSE chunk) is a stage of the same kind in series; the fitted constants hold both.
+
+Model: one single-threaded server, first come first served (a Python event loop), that does
+
+- ``per_request_s + per_input_token_s * prompt`` for each request when it arrives (parse, chat
+  template, tokenise, hand to the engine), and
+- ``per_token_s`` for each output token of each request (detokenise, one SSE chunk, the
+  client's parse of it), when the engine emits it.
+
+The client sees a token when the server has finished it. It runs after the engine simulation
+on the records (the engine is not slowed by its front end: outputs queue in the API process),
+with each request's tokens spread evenly between its simulated first token and finish. ITL
+statistics move by the difference the stage makes to those evenly spread gaps, so the engine's
+own gap shape (prefill interruptions) is kept. Zero costs leave a run unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from inferplan.errors import InferplanError
+from inferplan.metrics.records import FloatArray, RequestRecords, RequestStatus
+
+# Keys of a summary (``metrics/summary.py``) that the ITL shift applies to: (statistic, key).
+_ITL_STATS = ("mean", "median", "p99")
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """Seconds of front-end CPU per request, per prompt token and per output token."""
+
+    per_request_s: float = 0.0
+    per_input_token_s: float = 0.0
+    per_token_s: float = 0.0
+
+    @property
+    def is_zero(self) -> bool:
+        return self.per_request_s == self.per_input_token_s == self.per_token_s == 0.0
+
+
+@dataclass(frozen=True)
+class FrontEndTimes:
+    """What the client sees: each request's first token and finish, and the ITL gaps' statistics
+    (mean, median, p99 in seconds) before and after the stage, over the evenly spread tokens."""
+
+    first_token_s: FloatArray
+    finish_s: FloatArray
+    itl_before_s: dict[str, float]
+    itl_after_s: dict[str, float]
+
+
+def _fcfs_finish(arrive_s: FloatArray, cost_s: FloatArray) -> FloatArray:
+    """Finish times of jobs served one at a time in the given order (``arrive_s`` sorted):
+    ``f_k = max(a_k, f_{k-1}) + c_k``, in closed form ``S_k + max_{j<=k}(a_j - S_{j-1})``."""
+    done = np.cumsum(cost_s)
+    return done + np.maximum.accumulate(arrive_s - (done - cost_s))
+
+
+def _gap_stats(gaps_s: FloatArray) -> dict[str, float]:
+    if gaps_s.size == 0:
+        return {stat: 0.0 for stat in _ITL_STATS}
+    median, p99 = np.percentile(gaps_s, [50, 99])
+    return {"mean": float(gaps_s.mean()), "median": float(median), "p99": float(p99)}
+
+
+def frontend_times(records: RequestRecords, fe: FrontEnd) -> FrontEndTimes:
+    """The client-side times of the completed requests of ``records`` behind ``fe``."""
+    done = np.flatnonzero(
+        (records.status == RequestStatus.COMPLETED) & np.isfinite(records.finish_s)
+    )
+    first, finish = records.first_token_s[done], records.finish_s[done]
+    num = np.maximum(records.output_tokens[done], 1)
+    owner = np.repeat(np.arange(done.size), num)
+    starts = np.cumsum(num) - num
+    index = np.arange(owner.size) - starts[owner]
+    step = np.where(num > 1, (finish - first) / np.maximum(num - 1, 1), 0.0)
+    token_s = first[owner] + index * step[owner]
+    request_cost = fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]
+    arrive = np.concatenate([records.arrival_s[done], token_s])
+    cost = np.concatenate([request_cost, np.full(token_s.size, fe.per_token_s)])
+    kind = np.concatenate([np.zeros(done.size), np.ones(token_s.size)])  # requests first at ties
+    order = np.lexsort((np.arange(arrive.size), kind, arrive))
+    seen = np.empty(arrive.size)
+    seen[order] = _fcfs_finish(arrive[order], cost[order])
+    seen_tokens = seen[done.size :]
+    last = starts + num - 1
+    is_gap = index > 0
+    before = np.diff(token_s, prepend=0.0)[is_gap]
+    after = np.diff(seen_tokens, prepend=0.0)[is_gap]
+    out_first, out_finish = records.first_token_s.copy(), records.finish_s.copy()
+    out_first[done], out_finish[done] = seen_tokens[starts], seen_tokens[last]
+    return FrontEndTimes(out_first, out_finish, _gap_stats(before), _gap_stats(after))
+
+
+def behind_frontend(
+    records: RequestRecords, duration_s: float, fe: FrontEnd
+) -> tuple[RequestRecords, float, FrontEndTimes | None]:
+    """``records`` and the run's duration as the client sees them behind ``fe`` (unchanged,
+    and no times, when ``fe`` costs nothing)."""
+    if fe.is_zero:
+        return records, duration_s, None
+    times = frontend_times(records, fe)
+    ends = records.finish_s[np.isfinite(records.finish_s)]
+    seen_ends = times.finish_s[np.isfinite(times.finish_s)]
+    if ends.size:
+        duration_s += float(seen_ends.max() - ends.max())
+    seen = replace(records, first_token_s=times.first_token_s, finish_s=times.finish_s)
+    return seen, duration_s, times
+
+
+def shift_itl(summary: dict[str, object], times: FrontEndTimes | None) -> dict[str, object]:
+    """``summary`` with its ITL mean, median and p99 moved by what the front end adds to the
+    evenly spread gaps (never below 0)."""
+    if times is None:
+        return summary
+    out = dict(summary)
+    for stat in _ITL_STATS:
+        key = f"{stat}_itl_ms"
+        value = out.get(key)
+        if isinstance(value, int | float):
+            delta_ms = (times.itl_after_s[stat] - times.itl_before_s[stat]) * 1e3
+            out[key] = max(float(value) + delta_ms, 0.0)
+    return out
+
+
+FRONTEND_FIELDS = ("per_request_s", "per_input_token_s", "per_token_s")
+
+
+def frontend_class(engine: str, version: str = "") -> str | None:
+    """The front-end class of a served engine (``--engine`` spelling), or None: vLLM v1's API
+    server, SGLang's tokenizer/detokenizer managers, ``trtllm-serve``."""
+    if engine == "vllm":
+        return "vllm-v1" if not version.startswith(("0.5", "0.6", "vllm-ascend")) else None
+    if engine == "sglang":
+        return "sglang"
+    if engine in ("trtllm", "tensorrt-llm"):
+        return "trtllm-serve"
+    return None
+
+
+def parse_frontends(data: object, source: str) -> dict[str, FrontEnd]:
+    """``{class: FrontEnd}``; a bad file is one error naming the key."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InferplanError(f"{source}: expected a mapping of front-end classes")
+    out: dict[str, FrontEnd] = {}
+    for name, costs in data.items():
+        if not isinstance(costs, dict) or not set(costs) <= set(FRONTEND_FIELDS):
+            raise InferplanError(
+                f"{source}: {name}: keys must be among {', '.join(FRONTEND_FIELDS)}"
+            )
+        values = {k: float(v) for k, v in costs.items()}
+        if any(not 0.0 <= v <= 1.0 for v in values.values()):
+            raise InferplanError(f"{source}: {name}: seconds must lie in [0, 1]")
+        out[str(name)] = FrontEnd(**values)
+    return out
+
+
+@cache
+def bundled_frontends() -> dict[str, FrontEnd]:
+    text = resources.files("inferplan.engine").joinpath("data/frontend.yaml").read_text()
+    return parse_frontends(yaml.safe_load(text), "frontend.yaml")
+
+
+def engine_frontend(engine: str, version: str = "") -> FrontEnd:
+    """The fitted front end of an engine release (zero costs where none is fitted)."""
+    name = frontend_class(engine, version)
+    return bundled_frontends().get(name, FrontEnd()) if name else FrontEnd()
