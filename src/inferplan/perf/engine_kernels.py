@@ -1,0 +1,103 @@
+"""Per-engine GPU kernel efficiency by kernel class: what the family constants do not see.
+
+The GPU family's fractions (``data/efficiency/<family>.yaml``) are fitted to TensorRT-LLM's
+``trtllm-bench`` rows, so they describe TensorRT-LLM's kernels. vLLM and SGLang run other
+kernels for the same checkpoint: FP8 block-scaled GEMMs (CUTLASS/DeepGEMM/Triton), MXFP4
+experts (Triton/Marlin on Hopper and Ampere, which dequantise in the kernel), and MLA attention
+with FP8 MoE (FlashMLA/FlashInfer plus fused-MoE Triton kernels). A factor per engine class x
+kernel class scales the run's GEMM compute fraction (and, for MLA, attention compute): the
+compute-bound prefill. Decode's weight and KV streaming keep the family's, since the published
+runs' decode steps (TPOT on long outputs) are within 10 % while their prefill (TTFT, ITL p99)
+is 2-3x slow. FP8 and MXFP4 change the GEMM kernels only; attention runs the same
+FlashAttention/FlashInfer kernels in BF16 whatever the weights. It lies in (0, 1]:
+an engine's kernels reach at most what the roofline allows, and a BF16 dense model is the
+reference the family constants already describe.
+
+The factors (``data/engine_kernels.yaml``) are fitted by ``scripts/fit_frontend.py`` to the
+served latency rows with cross-validation grouped by configuration; a class without a factor
+runs at 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from inferplan.errors import InferplanError
+from inferplan.memory.plan import MemoryPlan
+from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.specs.model import ModelSpec
+
+KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla")
+
+
+def kernel_class(spec: ModelSpec, weight_formats: tuple[str, ...]) -> str:
+    """The run's kernel class: ``mla`` for MLA models (DeepSeek: MLA with FP8 MoE), else
+    ``mxfp4`` or ``fp8`` where the linear layers or experts are stored so, else ``bf16``."""
+    if any(g.attention.kind == "mla" for g in spec.layers):
+        return "mla"
+    for name in ("mxfp4", "fp8"):
+        if name in weight_formats:
+            return name
+    return "bf16"
+
+
+def parse_kernels(data: object, source: str) -> dict[str, dict[str, float]]:
+    """``{engine class: {kernel class: factor}}``; a bad file is one error naming the key."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InferplanError(f"{source}: expected a mapping of engine classes")
+    out: dict[str, dict[str, float]] = {}
+    for name, factors in data.items():
+        if not isinstance(factors, dict) or not set(factors) <= set(KERNEL_CLASSES):
+            raise InferplanError(
+                f"{source}: {name}: keys must be among {', '.join(KERNEL_CLASSES)}"
+            )
+        values = {str(k): float(v) for k, v in factors.items()}
+        if any(not 0.0 < v <= 1.0 for v in values.values()):
+            raise InferplanError(f"{source}: {name}: factors must lie in (0, 1]")
+        out[str(name)] = values
+    return out
+
+
+@cache
+def bundled_kernels() -> dict[str, dict[str, float]]:
+    text = resources.files("inferplan.perf").joinpath("data/engine_kernels.yaml").read_text()
+    return parse_kernels(yaml.safe_load(text), "engine_kernels.yaml")
+
+
+def scale_kernels(eff: Efficiency, factor: float, kernel: str = "bf16") -> Efficiency:
+    """``eff`` with its GEMM compute fraction times ``factor`` (the weight format's kernels:
+    prefill), and its attention compute too for ``mla`` (MLA's own attention kernels); weight
+    and KV streaming (decode) keep the family's."""
+    if factor == 1.0:
+        return eff
+    attention = eff.attention_compute * (factor if kernel == "mla" else 1.0)
+    return replace(eff, gemm_compute=eff.gemm_compute * factor, attention_compute=attention)
+
+
+def with_engine_kernels(eff: Efficiency, engine_class: str | None, kernel: str) -> Efficiency:
+    """``eff`` with the engine class's fitted factor for ``kernel``, where there is one."""
+    factors = bundled_kernels().get(engine_class, {}) if engine_class else {}
+    return scale_kernels(eff, factors.get(kernel, 1.0), kernel)
+
+
+def plan_kernel_class(plan: MemoryPlan) -> str:
+    """``kernel_class`` of a memory plan's model and weight formats."""
+    formats = plan.weight_formats
+    return kernel_class(plan.spec, (formats.linear.name, formats.experts.name))
+
+
+def engine_efficiency(
+    eff: Efficiency, plan: MemoryPlan, engine: str, version: str = ""
+) -> Efficiency:
+    """``eff`` as ``engine`` runs ``plan``: the release's fitted host costs
+    (``engine_overheads.py``) and its kernel factor. ``inferplan simulate --engine`` and
+    ``validate`` both use it."""
+    eff = with_engine_overheads(eff, engine, version)
+    return with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
