@@ -39,6 +39,7 @@ from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
+from inferplan.engine.frontend import behind_frontend, engine_frontend, shift_itl
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.engine.session import simulate as run_simulation
@@ -268,6 +269,7 @@ def simulate(
         plan,
         moe_skew=moe_skew,
         class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
+        engine_costs=True,
     )
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         if classpool.pools is not None:
@@ -275,14 +277,19 @@ def simulate(
         else:
             result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
     traces = result.traces
+    # What `vllm bench serve` sees: the engine's HTTP front end (engine/frontend.py), as validate.
+    records, duration_s, fe_times = behind_frontend(
+        result.records, result.duration_s, engine_frontend(deployment.engine)
+    )
     summary = summarize(
-        result.records,
+        records,
         result.itl,
-        duration_s=result.duration_s,
+        duration_s=duration_s,
         percentiles=percentiles,
         goodput_slo_ms=slo_ms,
         kv_usage=combine_usage([u for u in (t.summary() for t in traces) if u is not None]),
     )
+    summary = shift_itl(summary, fe_times)
     summary["num_steps"] = result.num_steps
     summary["idle_slot_steps"] = result.idle_slot_steps
     summary["data_parallel_size"] = deployment.dp

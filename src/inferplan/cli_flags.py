@@ -33,12 +33,14 @@ from inferplan.limits import (
     MIN_BURSTINESS,
 )
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
-from inferplan.perf.efficiency import Efficiency, load_efficiency_file
+from inferplan.perf.efficiency import Efficiency, efficiency_for, load_efficiency_file
 from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import load_operator_table
+from inferplan.plan.served import served_efficiency, served_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     ENGINES,
@@ -187,9 +189,13 @@ class DeploymentFlags:
         moe_skew: float = 0.0,
         cuda_graphs: bool = True,
         class_token_shares: dict[str, float] | None = None,
+        engine_costs: bool = False,
     ) -> StepTimeModel:
         """The roofline with ``--calibration``'s constants, backed by ``--operator-table``;
-        MoE routing from ``--expert-routing`` (or ``--moe-skew``), mixed by traffic class."""
+        MoE routing from ``--expert-routing`` (or ``--moe-skew``), mixed by traffic class.
+        ``engine_costs``: ``--engine``'s host costs, kernel factor and decode CUDA graphs, as
+        ``validate`` predicts a served run (``plan/served.py``; ``--calibration`` replaces
+        the constants)."""
         moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind == "moe"), None)
         routing = parse_routing(
             self.expert_routing,
@@ -198,13 +204,19 @@ class DeploymentFlags:
             num_experts=moe.num_experts if moe else None,
             token_shares=class_token_shares,
         )
-        return build_step_model(
+        efficiency = self.efficiency()
+        if engine_costs and efficiency is None:
+            efficiency = served_efficiency(efficiency_for(plan.gpu), plan, self.engine)
+        model = build_step_model(
             plan,
-            efficiency=self.efficiency(),
+            efficiency=efficiency,
             routing=routing,
             cuda_graphs=cuda_graphs,
             table_path=Path(self.operator_table) if self.operator_table else None,
         )
+        if engine_costs and isinstance(model, RooflineModel):
+            model.graphs = served_graphs(plan, self.engine)
+        return model
 
     def plan(self) -> MemoryPlan:
         return build_memory_plan(

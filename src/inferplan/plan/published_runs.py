@@ -27,19 +27,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 
 import numpy as np
-import yaml
 
+from inferplan.engine.frontend import FrontEnd, behind_frontend, engine_frontend, shift_itl
 from inferplan.engine.session import ServingOptions, simulate
+from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
-from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
-from inferplan.perf.engine_overheads import with_engine_overheads
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -50,10 +48,16 @@ from inferplan.plan.published import (
     bundled_model_name,
     skip_reason,
 )
+from inferplan.plan.served import (
+    decode_floor_s,
+    host_efficiency,
+    served_efficiency,
+    served_graphs,
+    trtllm_release,
+)
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     engine_defaults,
-    sglang_cuda_graph_max_bs,
     sglang_mem_fraction_static,
 )
 from inferplan.specs.hardware import GIB, load_gpu
@@ -69,34 +73,16 @@ QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many reque
 
 
 def engine_release(row: PublishedRow) -> str | None:
-    """Which host-side cost class a row's engine belongs to (``data/published_cpu_costs.yaml``):
-    TensorRT-LLM's C++ engine flow (0.14, 0.17) or its PyTorch backend (0.19 on), whose Python
-    executor does per-request work on every step."""
+    """Which host-side cost class a row's TensorRT-LLM release belongs to
+    (``data/published_cpu_costs.yaml``, ``served.trtllm_release``); None for other engines."""
     if row.engine != "tensorrt-llm":
         return None
-    version = row.engine_version.split("@")[0]
-    if version.startswith(("0.14", "0.17")):
-        return "trtllm-cpp"
-    return "trtllm-pytorch"
-
-
-@cache
-def release_cpu_costs() -> dict[str, dict[str, float]]:
-    """Fitted per-step and per-sequence host costs by engine release (scripts/fit_published.py)."""
-    path = resources.files("inferplan.plan").joinpath("data/published_cpu_costs.yaml")
-    if not path.is_file():
-        return {}
-    costs: dict[str, dict[str, float]] = yaml.safe_load(path.read_text()) or {}
-    return costs
+    return trtllm_release(row.engine_version)
 
 
 def row_efficiency(row: PublishedRow, family: Efficiency) -> Efficiency:
     """``family`` with the row's engine-release host costs, where they were fitted."""
-    release = engine_release(row)
-    costs = release_cpu_costs().get(release, {}) if release else {}
-    if not costs:  # vLLM and SGLang: their latency-fitted host costs (perf/engine_overheads.py)
-        return with_engine_overheads(family, row.engine, row.engine_version)
-    return replace(family, **costs)
+    return host_efficiency(family, ENGINES[row.engine], row.engine_version)
 
 
 @dataclass(frozen=True)
@@ -229,13 +215,6 @@ def _without_windows(spec: ModelSpec) -> ModelSpec:
     return replace(spec, layers=layers)
 
 
-def run_graphs(setup: RunSetup, plan: MemoryPlan) -> CudaGraphs:
-    """The run's engine's default decode CUDA graphs (``perf/cudagraph.py``)."""
-    cfg = plan.config
-    max_bs = sglang_cuda_graph_max_bs(plan.gpu, setup.par.tp)
-    return engine_graphs(setup.engine, cfg.max_num_seqs, cfg.max_num_batched_tokens, max_bs)
-
-
 @cache
 def memory_plan(setup: RunSetup) -> MemoryPlan:
     spec = load_model(setup.model)
@@ -319,44 +298,56 @@ def _summary_value(summary: dict[str, object], metric: str) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def predict_run(
+def row_frontend(row: PublishedRow) -> FrontEnd:
+    """The front end of a run measured through an HTTP server by ``vllm bench serve``
+    (``engine/frontend.py``); none for ``trtllm-bench`` and Triton's C++ server."""
+    if not row.settings.get("bench", "").startswith("vllm bench serve"):
+        return FrontEnd()
+    return engine_frontend(ENGINES[row.engine], row.engine_version)
+
+
+def run_step_model(
+    first: PublishedRow, setup: RunSetup, plan: MemoryPlan, efficiency: Efficiency | None
+) -> StepTimeModel:
+    """The run's step-time model: its engine release's constants and decode CUDA graphs."""
+    engine, version = ENGINES[first.engine], first.engine_version
+    eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
+    step = build_step_model(plan, efficiency=eff)
+    if isinstance(step, RooflineModel) and not setup.closed_form:
+        step.graphs = served_graphs(plan, engine, version)
+    return step
+
+
+def simulate_run(
     rows: list[PublishedRow], efficiency: Efficiency | None, quick: bool
-) -> dict[str, float | None]:
-    """Predicted value of each metric of one run (rows share ``run_key``), as published:
-    per GPU where the row is per GPU."""
+) -> SimulationResult:
+    """The engine simulation of a served run (before its front end)."""
     first = rows[0]
     setup = run_setup(first)
     plan = memory_plan(setup)
-    eff = efficiency or row_efficiency(first, efficiency_for(plan.gpu))
-    release = engine_release(first)  # TensorRT-LLM's C++ engines: graphs as before
-    step = build_step_model(plan, efficiency=eff)
-    if isinstance(step, RooflineModel) and not setup.closed_form and release != "trtllm-cpp":
-        step.graphs = run_graphs(setup, plan)
-    if setup.closed_form:
-        rates = steady_state_throughput(
-            plan, step, first.input_len or 1, first.output_len or 1, first.num_requests or 1000
+    step = run_step_model(first, setup, plan, efficiency)
+    options = ServingOptions(
+        engine=setup.engine,
+        max_concurrency=first.max_concurrency,
+        data_parallel_size=setup.par.num_replicas,
+    )
+    return simulate(plan, step, run_workload(first, quick), options)
+
+
+def served_summary(result: SimulationResult, fe: FrontEnd) -> dict[str, object]:
+    """The summary of a simulated run as the client sees it behind ``fe``."""
+    records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
+    summary = summarize(records, result.itl, duration_s=duration_s)
+    if not summary.get("completed"):
+        raise InferplanError(
+            "no request completed in the simulation (each was rejected: longer than the "
+            "token budget without chunked prefill, or than the KV pool)"
         )
-        if rates is None:
-            raise InferplanError("one request's KV does not fit in the pool as modelled")
-        isl = first.input_len or 1
-        summary: dict[str, object] = {
-            "output_throughput": rates[0],
-            "request_throughput": rates[1],
-            "total_token_throughput": rates[0] + rates[1] * isl,
-        }
-    else:
-        options = ServingOptions(
-            engine=setup.engine,
-            max_concurrency=first.max_concurrency,
-            data_parallel_size=setup.par.num_replicas,
-        )
-        result = simulate(plan, step, run_workload(first, quick), options)
-        summary = summarize(result.records, result.itl, duration_s=result.duration_s)
-        if not summary.get("completed"):
-            raise InferplanError(
-                "no request completed in the simulation (each was rejected: longer than the "
-                "token budget without chunked prefill, or than the KV pool)"
-            )
+    return shift_itl(summary, times)
+
+
+def metric_values(rows: list[PublishedRow], summary: dict[str, object]) -> dict[str, float | None]:
+    """Each row's metric from a run's summary, as published: per GPU where the row is."""
     out = {}
     for row in rows:
         value = _summary_value(summary, row.metric)
@@ -364,6 +355,50 @@ def predict_run(
             value /= row.num_gpus
         out[row.metric] = value
     return out
+
+
+def predict_run(
+    rows: list[PublishedRow],
+    efficiency: Efficiency | None,
+    quick: bool,
+    frontend: FrontEnd | None = None,
+) -> dict[str, float | None]:
+    """Predicted value of each metric of one run (rows share ``run_key``). ``frontend`` None:
+    the run's engine's fitted front end where it was served (``row_frontend``)."""
+    first = rows[0]
+    setup = run_setup(first)
+    if not setup.closed_form:
+        result = simulate_run(rows, efficiency, quick)
+        fe = frontend if frontend is not None else row_frontend(first)
+        return metric_values(rows, served_summary(result, fe))
+    plan = memory_plan(setup)
+    step = run_step_model(first, setup, plan, efficiency)
+    isl = first.input_len or 1
+    rates = steady_state_throughput(
+        plan, step, isl, first.output_len or 1, first.num_requests or 1000
+    )
+    if rates is None:
+        raise InferplanError("one request's KV does not fit in the pool as modelled")
+    summary: dict[str, object] = {
+        "output_throughput": rates[0],
+        "request_throughput": rates[1],
+        "total_token_throughput": rates[0] + rates[1] * isl,
+    }
+    return metric_values(rows, summary)
+
+
+def burst_reason(row: PublishedRow) -> str | None:
+    """Why an ITL row measured below one decode step's floor (``served.decode_floor_s``) is
+    left out: the client saw tokens in bursts, which a token-level model does not reproduce."""
+    if row.family != "latency" or not row.metric.startswith("itl_"):
+        return None
+    floor_ms = decode_floor_s(memory_plan(run_setup(row))) * 1e3
+    if row.value >= floor_ms:
+        return None
+    return (
+        f"measured ITL {row.value:g} ms is below one decode step's floor ({floor_ms:.2g} ms: "
+        "active weights at peak HBM bandwidth): tokens arrived in bursts, not one per step"
+    )
 
 
 @dataclass(frozen=True)
@@ -424,6 +459,8 @@ def validate_rows(
                 out.append(RowResult(row, None, reason))
             elif predicted[row.metric] is None:
                 out.append(RowResult(row, None, "the simulated run has no such value"))
+            elif (burst := burst_reason(row)) is not None:
+                out.append(RowResult(row, None, burst))
             else:
                 out.append(RowResult(row, predicted[row.metric]))
     return out

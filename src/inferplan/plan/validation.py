@@ -31,7 +31,7 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
-from inferplan.plan.published_runs import release_cpu_costs
+from inferplan.plan.served import release_cpu_costs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.parallel import Parallelism

@@ -1,0 +1,85 @@
+"""One engine's costs on a deployment, the same for ``inferplan simulate`` and ``validate``.
+
+What an engine release adds to the GPU family's constants (``perf/efficiency.py``):
+
+- **Host costs per step and sequence**: TensorRT-LLM's, by release, fitted to its throughput
+  rows by ``scripts/fit_published.py`` (``data/published_cpu_costs.yaml``); vLLM v1's and
+  SGLang's fitted to their served latency rows (``perf/engine_overheads.py``).
+- **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only.
+- **Decode CUDA graphs**: the engine's default capture sizes (``perf/cudagraph.py``), except
+  TensorRT-LLM's C++ engine flow (0.14, 0.17), whose graphs keep the generic rule.
+
+``simulate --engine E`` uses E's default release (vLLM v1, SGLang 0.5, TensorRT-LLM's PyTorch
+backend); a ``--calibration`` file replaces the constants, not the graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from inferplan.memory.plan import MemoryPlan
+from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
+from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
+from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.specs.engines import sglang_cuda_graph_max_bs
+
+
+def trtllm_release(version: str) -> str:
+    """TensorRT-LLM's host-cost class: its C++ engine flow (0.14, 0.17) or its PyTorch backend
+    (0.19 on, and the default where no version is given), whose Python executor does
+    per-request work on every step."""
+    return "trtllm-cpp" if version.split("@")[0].startswith(("0.14", "0.17")) else "trtllm-pytorch"
+
+
+@cache
+def release_cpu_costs() -> dict[str, dict[str, float]]:
+    """Fitted per-step and per-sequence host costs by engine release (scripts/fit_published.py)."""
+    path = resources.files("inferplan.plan").joinpath("data/published_cpu_costs.yaml")
+    if not path.is_file():
+        return {}
+    costs: dict[str, dict[str, float]] = yaml.safe_load(path.read_text()) or {}
+    return costs
+
+
+def host_efficiency(family: Efficiency, engine: str, version: str = "") -> Efficiency:
+    """``family`` with the engine release's fitted host costs (``engine``: the ``--engine``
+    spelling: vllm, sglang, trtllm)."""
+    if engine == "trtllm":
+        costs = release_cpu_costs().get(trtllm_release(version), {})
+        return replace(family, **costs) if costs else family
+    return with_engine_overheads(family, engine, version)
+
+
+def served_efficiency(
+    family: Efficiency, plan: MemoryPlan, engine: str, version: str = ""
+) -> Efficiency:
+    """``family`` as ``engine`` runs ``plan``: its host costs and its kernel factor."""
+    eff = host_efficiency(family, engine, version)
+    return with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
+
+
+def served_graphs(plan: MemoryPlan, engine: str, version: str = "") -> CudaGraphs | None:
+    """The engine's default decode CUDA graphs; None (the generic rule) for TensorRT-LLM's C++
+    engine flow."""
+    if engine == "trtllm" and trtllm_release(version) == "trtllm-cpp":
+        return None
+    cfg = plan.config
+    max_bs = sglang_cuda_graph_max_bs(plan.gpu, plan.parallelism.tp)
+    return engine_graphs(engine, cfg.max_num_seqs, cfg.max_num_batched_tokens, max_bs)
+
+
+def decode_floor_s(plan: MemoryPlan) -> float:
+    """The shortest a decode step can be: the active weights (embeddings aside), in the
+    smallest of the run's weight formats, read once at peak HBM bandwidth, shared by the
+    replica's devices. A measured inter-token gap below it is not a step: the server
+    delivered several tokens in one burst (``validate`` lists such rows)."""
+    formats = plan.weight_formats
+    smallest = min(f.bytes_per_value for f in (formats.linear, formats.experts, formats.other))
+    weight_bytes = plan.params.active_compute * smallest
+    devices = plan.parallelism.devices_per_replica
+    return weight_bytes / (devices * plan.gpu.memory_bandwidth_bytes_s)

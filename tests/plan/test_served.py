@@ -1,0 +1,59 @@
+"""One engine-cost path for ``simulate --engine`` and ``validate`` (plan/served.py), and the ITL
+rows ``validate`` leaves out as bursts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferplan.cli import main
+from inferplan.plan.published import bundled_published
+from inferplan.plan.published_runs import memory_plan, predict_run, run_setup, validate_rows
+from inferplan.plan.served import decode_floor_s
+
+CASE = "gpustack-gpt-oss-20b-a100-vllm-d37518"
+
+
+def test_simulate_with_engine_predicts_what_validate_reports(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [
+        r
+        for r in bundled_published()
+        if r.case_id == CASE and r.input_len == 128 and r.output_len == 4
+    ]
+    assert len(rows) == 12 and run_setup(rows[0]).memory.max_model_len == 8192
+    predicted = predict_run(rows, None, quick=False)
+    code = main([
+        "simulate",
+        "--model", "gpt-oss-20b",
+        "--gpu", "a100_sxm_80gb",
+        "--engine", "vllm",
+        "--dataset-name", "random",
+        "--random-input-len", "128",
+        "--random-output-len", "4",
+        "--random-range-ratio", "0",
+        "--num-prompts", "1000",
+        "--max-model-len", "8192",
+        "--json",
+    ])  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    for metric in ("ttft_mean", "ttft_p99", "tpot_median", "itl_mean", "itl_p99"):
+        name, stat = metric.rsplit("_", 1)
+        assert summary[f"{stat}_{name}_ms"] == pytest.approx(predicted[metric], rel=1e-9)
+
+
+def test_itl_rows_below_one_decode_step_are_listed_not_dropped() -> None:
+    rows = [
+        r for r in bundled_published() if r.case_id.startswith("gpustack-qwen3-14b-h100-tensorrt")
+    ]
+    results = validate_rows([r for r in rows if r.dataset == "sharegpt"])
+    burst = [r for r in results if r.reason and "bursts" in r.reason]
+    assert [r.row.metric for r in burst] == ["itl_median"]
+    assert burst[0].row.value == pytest.approx(0.12)
+    floor_s = decode_floor_s(memory_plan(run_setup(burst[0].row)))
+    # Qwen3-14B in BF16 on one H100: ~13.2e9 non-embedding weights x 2 bytes / 3.35 TB/s.
+    assert 6e-3 < floor_s < 9e-3
+    assert all(r.predicted is not None for r in results if r.row.metric == "itl_mean")
