@@ -1,0 +1,286 @@
+"""Fit each served engine's front end (and, jointly, its host costs); cross-validate them.
+
+Rows: the published latency rows (TTFT, TPOT, ITL) of the runs served over HTTP and measured
+by ``vllm bench serve`` (GPUStack), by front-end class (``engine/frontend.py``: vLLM v1,
+SGLang, ``trtllm-serve``). Constants per class: the front end's ``per_request_s``,
+``per_input_token_s`` and ``per_token_s`` on a grid inside ``BOUNDS``, and for vLLM and SGLang
+the engine's host costs (``step_overhead_s``, ``per_seq_overhead_s``, ``perf/engine_overheads.py``)
+on ``HOST_GRID`` (TensorRT-LLM keeps ``fit_published.py``'s release costs). Every engine
+simulation runs once per host-cost point; the front end is a pass over its records, so the
+whole grid is searched exhaustively. Loss: mean Huber loss of log errors.
+
+Cross-validation: grouped k-fold by configuration (``case_id``), dealt round-robin in sorted
+order; each fold's rows are predicted with the grid point that fits the other folds best.
+The in-sample fit is written to ``engine/data/frontend.yaml`` and
+``perf/data/engine_overheads.yaml`` unless ``--dry-run``. Run from the repository root:
+
+    .venv/bin/python scripts/fit_frontend.py --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import pickle
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from inferplan.engine.frontend import FrontEnd, frontend_class
+from inferplan.errors import InferplanError
+from inferplan.perf.efficiency import efficiency_for
+from inferplan.perf.engine_kernels import plan_kernel_class, scale_kernels
+from inferplan.plan.calibration import huber
+from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
+from inferplan.plan.published_runs import (
+    burst_reason,
+    group_runs,
+    memory_plan,
+    metric_values,
+    row_efficiency,
+    run_setup,
+    served_summary,
+    simulate_run,
+)
+from inferplan.specs.hardware import load_gpu
+
+MS, US = 1e-3, 1e-6
+# Physical bounds: an API server spends well under 10 ms of CPU on a request (parse, chat
+# template, tokenise), and tens of microseconds per streamed token (detokenise, one SSE chunk,
+# the client's parse of it).
+FRONTENDS = [
+    FrontEnd(),
+    FrontEnd(per_request_s=1 * MS, per_token_s=25 * US),
+    FrontEnd(per_request_s=3 * MS),
+    FrontEnd(per_token_s=75 * US),
+]
+# Kernel factors (perf/engine_kernels.py): (0, 1], 1 = the family constants.
+FACTORS = [1.0, 0.75, 0.55, 0.4, 0.3]
+# Host costs (perf/engine_overheads.py): fit_engine_overheads.py's bounds, where its fit
+# ends (4.96 ms, 99 us), and a quarter of them.
+HOSTS = [(5 * MS, 100 * US), (1.25 * MS, 25 * US)]
+FRONTEND_DATA = Path("src/inferplan/engine/data/frontend.yaml")
+HOST_DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
+KERNEL_DATA = Path("src/inferplan/perf/data/engine_kernels.yaml")
+Host = tuple[float, float] | None
+Values = dict[tuple[str, str], float | None]
+# (host, factor, front end) -> predicted values of every row of one kernel class.
+Table = dict[tuple[Host, float, FrontEnd], Values]
+
+
+@dataclass(frozen=True)
+class Fit:
+    host: Host
+    fe: FrontEnd
+    factors: dict[str, float]
+
+
+def served_rows(name: str) -> list[PublishedRow]:
+    """Every simulatable row of the class's served runs that have latency rows."""
+    rows = [r for r in bundled_published() if skip_reason(r) is None and burst_reason(r) is None]
+    rows = [r for r in rows if r.settings.get("bench", "").startswith("vllm bench serve")]
+    rows = [r for r in rows if frontend_class(ENGINES[r.engine], r.engine_version) == name]
+    runs = {r.run_key for r in rows if r.family == "latency"}
+    return [r for r in rows if r.run_key in runs]
+
+
+def run_class(run: list[PublishedRow]) -> str:
+    return plan_kernel_class(memory_plan(run_setup(run[0])))
+
+
+def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[str, Table]:
+    """{kernel class: table}: one simulation per run (every ``count``-th from ``index``), host
+    point and factor."""
+    hosts: list[Host] = [None] if name == "trtllm-serve" else list(HOSTS)
+    factors = [1.0] if name == "trtllm-serve" else FACTORS
+    out: dict[str, Table] = {}
+    for run in list(group_runs(rows).values())[index::count]:
+        kernel = run_class(run)
+        table = out.setdefault(kernel, {})
+        family = row_efficiency(run[0], efficiency_for(load_gpu(run[0].gpu)))
+        for host, factor in itertools.product(hosts, factors):
+            eff = family
+            if host is not None:
+                eff = replace(eff, step_overhead_s=host[0], per_seq_overhead_s=host[1])
+            try:
+                result = simulate_run(run, scale_kernels(eff, factor, kernel), quick=False)
+            except InferplanError:  # counted as missing at this point
+                result = None
+            for fe in FRONTENDS:
+                if result is None:
+                    cell = table.setdefault((host, factor, fe), {})
+                    cell.update({row_key(row): None for row in run})
+                    continue
+                cell = table.setdefault((host, factor, fe), {})
+                try:
+                    values = metric_values(run, served_summary(result, fe))
+                except InferplanError:  # nothing completed: missing, as validate reports it
+                    values = {row.metric: None for row in run}
+                for row in run:
+                    cell[row_key(row)] = values[row.metric]
+        print(f"  {run[0].case_id} {run_class(run)}: done", file=sys.stderr, flush=True)
+    return out
+
+
+def fit(rows: list[PublishedRow], by_class: dict[str, Table]) -> Fit:
+    """The shared (host, front end) and per-class factor of least total loss on ``rows``."""
+    shared = sorted({(h, fe) for t in by_class.values() for (h, _, fe) in t}, key=repr)
+    best: tuple[float, Fit] | None = None
+    for host, fe in shared:
+        total, factors = 0.0, {}
+        for kernel, table in sorted(by_class.items()):
+            options = [
+                (loss(rows, v), -f) for (h, f, e), v in table.items() if (h, e) == (host, fe)
+            ]
+            score, neg = min(options)
+            total, factors[kernel] = total + score, -neg
+        if best is None or total < best[0] - 1e-12:
+            best = (total, Fit(host, fe, factors))
+    assert best is not None
+    return best[1]
+
+
+def predicted(by_class: dict[str, Table], point: Fit) -> Values:
+    out: Values = {}
+    for kernel, table in by_class.items():
+        out.update(table.get((point.host, point.factors[kernel], point.fe), {}))
+    return out
+
+
+def row_key(row: PublishedRow) -> tuple[str, str]:
+    return (str(row.run_key), row.metric)
+
+
+def errors(
+    rows: list[PublishedRow], predicted: dict[tuple[str, str], float | None]
+) -> list[tuple[PublishedRow, float]]:
+    out = []
+    for row in rows:
+        value = predicted.get(row_key(row))
+        if value is not None:
+            out.append((row, (value - row.value) / row.value))
+    return out
+
+
+def loss(rows: list[PublishedRow], predicted: dict[tuple[str, str], float | None]) -> float:
+    """Summed Huber loss of log errors over the latency rows ``predicted`` covers (summed, so
+    that the classes' losses add up)."""
+    latency = [r for r in rows if r.family == "latency" and row_key(r) in predicted]
+    terms = [huber(math.log(max(1.0 + e, 1e-6))) for _, e in errors(latency, predicted)]
+    return sum(terms) + (len(latency) - len(terms))
+
+
+def cross_validate(
+    rows: list[PublishedRow], by_class: dict[str, Table], k: int
+) -> tuple[list[tuple[PublishedRow, float]], list[Fit]]:
+    cases = sorted({r.case_id for r in rows})
+    out: list[tuple[PublishedRow, float]] = []
+    chosen = []
+    for i in range(min(k, len(cases))):
+        held = set(cases[i::k])
+        point = fit([r for r in rows if r.case_id not in held], by_class)
+        chosen.append(point)
+        out.extend(errors([r for r in rows if r.case_id in held], predicted(by_class, point)))
+    return out, chosen
+
+
+def report(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
+    lines = [f"| {label} | n | median | p90 | signed median |", "|---|---:|---:|---:|---:|"]
+    groups: dict[str, list[float]] = {}
+    for row, e in errs:
+        name = row.family if row.family == "throughput" else row.metric.split("_")[0]
+        groups.setdefault("latency" if row.family == "latency" else "throughput", []).append(e)
+        if row.family == "latency":
+            groups.setdefault(name, []).append(e)
+    for name, values in groups.items():
+        a = np.array(values)
+        lines.append(
+            f"| {name} | {a.size} | {np.median(abs(a)):.1%} | {np.percentile(abs(a), 90):.1%} "
+            f"| {np.median(a):+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def describe(point: Fit) -> str:
+    fe = point.fe
+    text = f"per_request {fe.per_request_s / MS:g} ms, per_token {fe.per_token_s / US:g} us"
+    if point.host is not None:
+        text += f"; step {point.host[0] / MS:g} ms, per_seq {point.host[1] / US:g} us"
+    return text + f"; factors {point.factors}"
+
+
+def write(fitted: dict[str, Fit]) -> None:
+    fe_data = yaml.safe_load(FRONTEND_DATA.read_text()) or {}
+    host_data = yaml.safe_load(HOST_DATA.read_text()) or {}
+    kernel_data = yaml.safe_load(KERNEL_DATA.read_text()) or {}
+    for name, point in fitted.items():
+        fe_data[name] = {
+            "per_request_s": float(f"{point.fe.per_request_s:.4g}"),
+            "per_token_s": float(f"{point.fe.per_token_s:.4g}"),
+        }
+        # HOSTS[0] stands for fit_engine_overheads.py's fit, at these bounds: kept as it is.
+        if point.host is not None and point.host != HOSTS[0]:
+            host_data[name] = {
+                "step_overhead_s": point.host[0],
+                "per_seq_overhead_s": point.host[1],
+            }
+        factors = {k: v for k, v in point.factors.items() if v != 1.0}
+        if factors:
+            kernel_data[name] = factors
+    for path, data in (
+        (FRONTEND_DATA, fe_data),
+        (HOST_DATA, host_data),
+        (KERNEL_DATA, kernel_data),
+    ):
+        header = [line for line in path.read_text().splitlines() if line.startswith("#")]
+        path.write_text("\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=True))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engine", action="append", choices=("vllm-v1", "sglang", "trtllm-serve"))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="write nothing")
+    parser.add_argument("--save", help="pickle the simulated tables to this file")
+    parser.add_argument(
+        "--load", action="append", help="read the tables from --save's files (no simulation)"
+    )
+    parser.add_argument("--shard", default="0/1", help="I/N: simulate every N-th run from I")
+    args = parser.parse_args(argv)
+    fitted: dict[str, Fit] = {}
+    for name in args.engine or ["vllm-v1", "sglang", "trtllm-serve"]:
+        rows = served_rows(name)
+        print(f"## {name}: {len(rows)} rows of {len({r.run_key for r in rows})} runs", flush=True)
+        if args.load:
+            by_class: dict[str, Table] = {}
+            for path in args.load:
+                for kernel, table in pickle.loads(Path(path).read_bytes())[name].items():
+                    for point, values in table.items():
+                        by_class.setdefault(kernel, {}).setdefault(point, {}).update(values)
+        else:
+            index, count = (int(x) for x in args.shard.split("/"))
+            by_class = tables(name, rows, index, count)
+        if args.save:
+            Path(args.save).write_bytes(pickle.dumps({name: by_class}))
+        start = Fit(
+            None if name == "trtllm-serve" else HOSTS[0], FrontEnd(), {k: 1.0 for k in by_class}
+        )
+        print(report("before (main's constants)", errors(rows, predicted(by_class, start))) + "\n")
+        fitted[name] = fit(rows, by_class)
+        print(f"fitted: {describe(fitted[name])}\n")
+        print(report("in-sample", errors(rows, predicted(by_class, fitted[name]))) + "\n")
+        cv, chosen = cross_validate(rows, by_class, args.folds)
+        for i, point in enumerate(chosen):
+            print(f"  fold {i + 1}: {describe(point)}")
+        print("\n" + report("cross-validated", cv) + "\n", flush=True)
+    if not args.dry_run:
+        write(fitted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
