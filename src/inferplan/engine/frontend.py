@@ -20,7 +20,8 @@ The client sees a token when the server has finished it. It runs after the engin
 on the records (the engine is not slowed by its front end: outputs queue in the API process),
 with each request's tokens spread evenly between its simulated first token and finish. ITL
 statistics move by the difference the stage makes to those evenly spread gaps, so the engine's
-own gap shape (prefill interruptions) is kept. Zero costs leave a run unchanged.
+own gap shape (prefill interruptions) is kept; only the ITL mean, median and p99 move (other
+``--metric-percentiles`` of ITL keep the engine's values). Zero costs leave a run unchanged.
 """
 
 from __future__ import annotations
