@@ -5,7 +5,7 @@ of ``cli.py`` so that the command module stays a thin parser."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import click
@@ -14,6 +14,7 @@ from inferplan.cli_checks import bounded
 from inferplan.cli_flags import option_group
 from inferplan.cluster.classpool_sim import simulate_class_pools
 from inferplan.cluster.classpools import MAX_INTERVAL_S, class_pools
+from inferplan.engine.frontend import FrontEnd, seen_result
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import InferplanError
@@ -93,8 +94,11 @@ def pooled_run(
     workload: Workload,
     options: ServingOptions,
     on_progress: Callable[[int], None] | None,
+    frontend: FrontEnd | None = None,
 ) -> tuple[SimulationResult, dict[str, Any]]:
-    """The run on ``--pools``' class pools, and ``{"class_pools": its JSON section}``."""
+    """The run on ``--pools``' class pools, and ``{"class_pools": its JSON section}`` as the
+    client sees it behind ``frontend`` (``engine/frontend.py``; the run itself is returned as
+    the engine ran it)."""
     assert flags.pools is not None
     spec = class_pools(
         flags.pools,
@@ -106,4 +110,5 @@ def pooled_run(
     )
     cfg = simulation_config(plan, options)
     pooled = simulate_class_pools(workload, cfg, model, spec, on_progress)
-    return pooled.result, {"class_pools": pooled.summary_json(spec)}
+    seen, _ = seen_result(pooled.result, frontend or FrontEnd())
+    return pooled.result, {"class_pools": replace(pooled, result=seen).summary_json(spec)}

@@ -33,6 +33,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
+from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import InferplanError
 from inferplan.metrics.records import FloatArray, RequestRecords, RequestStatus
 
@@ -121,6 +122,17 @@ def behind_frontend(
         duration_s += float(seen_ends.max() - ends.max())
     seen = replace(records, first_token_s=times.first_token_s, finish_s=times.finish_s)
     return seen, duration_s, times
+
+
+def seen_result(
+    result: SimulationResult, fe: FrontEnd
+) -> tuple[SimulationResult, FrontEndTimes | None]:
+    """``result`` with its records and duration as the client sees them behind ``fe``, and the
+    times for ``shift_itl`` (``result`` itself and None when ``fe`` costs nothing)."""
+    records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
+    if times is None:
+        return result, None
+    return replace(result, records=records, duration_s=duration_s), times
 
 
 def shift_itl(summary: dict[str, object], times: FrontEndTimes | None) -> dict[str, object]:
