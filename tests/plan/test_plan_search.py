@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from inferplan.engine.frontend import engine_frontend, seen_result
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.plan import slo
 from inferplan.plan.bounds import build_plan, step_model
@@ -38,7 +39,8 @@ def _fleet_meets(request: PlanRequest, cfg: ReplicaConfig, replicas: int) -> boo
     counts = class_counts(request, ctx.load_scale, request.search.fleet_window_s)
     workload = mixed_workload(request, ctx.load_scale, counts)
     options = ServingOptions(data_parallel_size=replicas, engine=cfg.engine)
-    result = simulate(plan, step_model(plan), workload, options)
+    result = simulate(plan, step_model(plan, cfg.engine), workload, options)
+    result, _ = seen_result(result, engine_frontend(cfg.engine))  # what the client sees
     return slo.worst(slo.evaluate(result, request)) <= 1.0
 
 

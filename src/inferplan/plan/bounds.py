@@ -31,9 +31,12 @@ import numpy as np
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.request import PlanRequest
+from inferplan.plan.served import served_efficiency, served_graphs
 from inferplan.plan.slo import class_targets
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats
@@ -76,8 +79,15 @@ def _spec(model_name: str) -> ModelSpec:
     return load_model(model_name)
 
 
-def step_model(plan: MemoryPlan) -> StepTimeModel:
-    return build_step_model(plan)
+def step_model(plan: MemoryPlan, engine: str) -> StepTimeModel:
+    """The step-time model of ``engine`` serving ``plan``: its host costs, kernel factor and
+    decode CUDA graphs (``plan/served.py``), as ``inferplan simulate --engine`` predicts."""
+    model = build_step_model(
+        plan, efficiency=served_efficiency(efficiency_for(plan.gpu), plan, engine)
+    )
+    if isinstance(model, RooflineModel):
+        model.graphs = served_graphs(plan, engine)
+    return model
 
 
 def mix_means(request: PlanRequest, stats: list[LengthStats]) -> tuple[float, float]:

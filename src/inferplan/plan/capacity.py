@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from inferplan.engine.frontend import engine_frontend, seen_result
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.engine.simulator import SimulationResult
 from inferplan.memory.plan import MemoryPlan
@@ -81,7 +82,7 @@ def prepare(ctx: SearchContext, cfg: ReplicaConfig) -> Prepared:
     if why is not None:
         return Prepared(cfg, "memory", why, 0, {}, {})
     plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
-    model = bnd.step_model(plan)
+    model = bnd.step_model(plan, cfg.engine)
     bounds = bnd.compute_bounds(plan, model, req, list(ctx.stats))
     n_lb = bnd.replicas_lower_bound(bounds, ctx.total_rate_req_s)
     memory, bound = memory_json(plan, ctx.stats), bounds_json(bounds, n_lb)
@@ -125,7 +126,8 @@ class _Runner:
         req = ctx.request
         self.ctx, self.cfg = ctx, cfg
         self.plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
-        self.model: StepTimeModel = bnd.step_model(self.plan)
+        self.model: StepTimeModel = bnd.step_model(self.plan, cfg.engine)
+        self.frontend = engine_frontend(cfg.engine)
         self.num_simulations = 0
         self.names = [c.name for c in req.traffic]
         self.passes: dict[int, dict[str, Any]] = {}  # replicas -> the passing probe's figures
@@ -146,7 +148,8 @@ class _Runner:
             router=self.ctx.request.search.router,
             engine=self.cfg.engine,
         )
-        result = simulate(self.plan, self.model, workload, options)
+        # As the client sees it: behind the engine's HTTP front end (engine/frontend.py).
+        result, _ = seen_result(simulate(self.plan, self.model, workload, options), self.frontend)
         self.num_simulations += 1
         return slo.evaluate(result, self.ctx.request), result
 
