@@ -117,7 +117,10 @@ class Scheduler:
         if cache is None:
             return 0, 0
         entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
+        hashed = int(self.prompt_tokens[rid])  # + the output where hashes cover it (sessions)
+        if cache.covers_output:
+            hashed += int(self.target_tokens[rid])
+        max_entries = min(hashed, tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0
         hits, shared = cache.lookup(rid, max_entries)
@@ -136,10 +139,19 @@ class Scheduler:
             cache.register(int(run.ids[row]), end // entry_tokens)
         cache.evict_to(self.pool.free)  # windowed parts just cached may not fit the free pool
 
-    def release_blocks(self, rid: int, held: int) -> None:
-        """A request gives back the ``held`` blocks its sequence maps."""
+    def release_blocks(self, rid: int, held: int, computed: int | None = None) -> None:
+        """A request gives back the ``held`` blocks its sequence maps; where the prefix
+        cache's hashes cover generated tokens, the full entries of its ``computed`` tokens are
+        cached first (``memory/prefixcache.py``)."""
         cache = self.pool.cache
-        self.pool.free += held if cache is None else held - cache.release(rid)
+        if cache is None:
+            self.pool.free += held
+            return
+        if cache.covers_output and computed is not None:
+            cache.register(rid, computed // (cache.entry_kv_blocks * self.pool.block_size))
+        self.pool.free += held - cache.release(rid)
+        if cache.covers_output and cache.window_entries is not None:
+            cache.evict_to(self.pool.free)  # windowed parts just cached may not fit
 
     # ---- admission, defined once ------------------------------------------------------------
 
@@ -354,7 +366,7 @@ class Scheduler:
     def preempt(self, row: int) -> float:
         """Preempt the running request at ``row``; the seconds its swap-out takes."""
         rid, computed, tokens, held = self.running.pop(row)
-        self.release_blocks(rid, held)
+        self.release_blocks(rid, held, computed)
         self.records.num_preemptions[rid] += 1
         if self.cfg.preemption_mode == "swap":
             self.swapped.appendleft((rid, computed, tokens, held))
