@@ -16,11 +16,18 @@ A request runs in three stages, each on its own resources:
    it decodes from its second token on. A request preempted on the decode pool recomputes its
    prompt and output there (vLLM v1 recomputes; nothing goes back to the prefill pool).
 
-**Prefix caching** (vLLM v1's, on by default) runs on the prefill pool only: each prefill
-replica caches the prompt blocks it computed (``memory/prefixcache.py``), so a hit shortens the
-prefill's compute. The decode pool caches nothing, so the transfer still ships the whole
-prompt's KV: vLLM's NIXL connector lets a decode instance pull only the blocks its own prefix
-cache lacks, which is not modelled (so the link's load is an upper bound with shared prefixes).
+**Prefix caching** (vLLM v1's, on by default) runs on both pools (``memory/prefixcache.py``).
+A prefill replica caches the prompt blocks it computed, so a hit shortens the prefill's
+compute. A decode replica does what vLLM's NIXL connector does on a decode instance
+(``nixl_connector.py``: ``get_num_new_matched_tokens`` asks for the prompt tokens past the
+local hit, ``update_state_after_alloc`` pulls into the unhashed blocks only, and the scheduler
+caches the received blocks in ``_update_waiting_for_remote_kv``): at admission the prompt's
+blocks its own cache holds are mapped, not allocated, and the received prompt's full blocks
+are cached (``KvArrivedScheduler._map_received``); generated blocks too where the hashes cover
+them (session traces). The link still ships each whole prompt's KV: in vLLM the decode side
+pulls after its admission, so the bytes depend on its cache at that moment, while here the
+transfer precedes admission (the stages run in order, below). With shared prefixes the link's
+load is therefore an upper bound.
 
 **TTFT** follows SGLang's disaggregated mode: the client streams from the decode server, which
 returns the prefill's first token once the KV transfer has completed, so the first token counts
@@ -69,8 +76,48 @@ class KvArrivedScheduler(Scheduler):
         rid, tokens = self.waiting.peek()
         if not self._kv_arrived(rid):
             return super().head_chunk(budget, available)
-        fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) <= available
+        _, shared = self.prefix_hit(rid, tokens)  # running requests' blocks are not allocated
+        fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) - shared <= available
         return 1 if fits else None
+
+    def _map_received(self, rid: int, tokens: int, held: int) -> None:
+        """Give a request whose KV arrived its ``held`` blocks. With prefix caching, as vLLM's
+        NIXL connector does on a decode instance: the prompt's blocks this replica's cache
+        holds are mapped (a local hit), only the others are allocated (and pulled), and every
+        full prompt block is cached once received (``Scheduler._update_waiting_for_remote_kv``;
+        the last one when the first decode step fills it, which follows at once)."""
+        pool, cache, rec = self.pool, self.pool.cache, self.records
+        if cache is None:
+            pool.free -= held
+            return
+        entry_tokens = cache.entry_kv_blocks * pool.block_size
+        hit, _ = self.prefix_hit(rid, tokens)
+        entries = hit // entry_tokens
+        pool.free -= cache.acquire(rid, entries)
+        pool.free -= held - entries * cache.entry_blocks
+        rec.cached_tokens[rid] += hit  # type: ignore[index]
+        rec.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += hit
+        cache.queried_tokens += tokens
+        cache.register(rid, tokens // entry_tokens)
+        cache.evict_to(pool.free)
+
+    def _map_recompute(self, rid: int, tokens: int, chunk: int, now: float) -> int:
+        """Give a request preempted here the blocks of its prefix hit + first ``chunk``, as
+        the base class's waiting pass does; returns the hit (tokens)."""
+        pool, cache = self.pool, self.pool.cache
+        hit = self.prefix_hit(rid, tokens)[0] if cache is not None else 0
+        held = pool.blocks_for_one(hit + chunk)
+        if cache is None:
+            pool.free -= held
+            return 0
+        entry_tokens = cache.entry_kv_blocks * pool.block_size
+        in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
+        assert in_hbm is not None  # no KV tiers on the decode pool
+        pool.free -= held - in_hbm * cache.entry_blocks
+        cache.register(rid, min(hit + chunk, int(self.prompt_tokens[rid])) // entry_tokens)
+        cache.evict_to(pool.free)
+        return hit
 
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """vLLM v1's waiting pass; a request whose KV arrived joins with its prompt computed,
@@ -85,14 +132,15 @@ class KvArrivedScheduler(Scheduler):
             target = int(self.target_tokens[rid])
             if self._kv_arrived(rid):
                 held = pool.blocks_for_one(tokens + 1)
+                self._map_received(rid, tokens, held)
                 rec.first_scheduled_s[rid] = now
                 arrived = float(rec.arrival_s[rid])
                 run.append(rid, tokens, tokens + 1, 1, target, held, arrived)
-            else:  # preempted here: recompute from nothing, as the base pass does
-                held = pool.blocks_for_one(chunk)
+            else:  # preempted here: recompute, from its prefix hit, as the base pass does
+                hit = self._map_recompute(rid, tokens, chunk, now)
+                held = pool.blocks_for_one(hit + chunk)
                 generated = int(tokens - self.prompt_tokens[rid])
-                run.append(rid, 0, tokens, generated, target, held, now)
-            pool.free -= held
+                run.append(rid, hit, tokens, generated, target, held, now)
             sched.append(chunk)
             budget -= chunk
 
@@ -126,9 +174,11 @@ def _subset(
     output: np.ndarray,
     *,
     keep_hashes: bool = False,
+    decodes: bool = False,
 ) -> Workload:
     """Rows ``ids`` of a workload, with new arrival times and output lengths (and their
-    prompt-block hashes if ``keep_hashes``: the prefill pool's prefix caches use them)."""
+    prompt-block hashes if ``keep_hashes``: the pools' prefix caches use them; only where the
+    pool ``decodes`` do hashes of generated blocks count)."""
     hashes = workload.prefix_hashes if keep_hashes else None
     return Workload(
         arrival_s=arrival_s,
@@ -140,6 +190,7 @@ def _subset(
         prefix_hashes=None if hashes is None else tuple(hashes[i] for i in ids.tolist()),
         prefix_block_tokens=None if hashes is None else workload.prefix_block_tokens,
         source=workload.source,
+        prefix_hashes_cover_output=decodes and workload.prefix_hashes_cover_output,
     )
 
 
@@ -202,7 +253,10 @@ def simulate_disaggregated(
     rec.status[ids] = int(RequestStatus.REJECTED)  # until the decode pool completes them
 
     # 3. Decode: arrivals when the KV has arrived.
-    d_res = _run_decode(_subset(workload, ids, arrived, workload.output_tokens[ids]), decode)
+    d_wl = _subset(
+        workload, ids, arrived, workload.output_tokens[ids], keep_hashes=True, decodes=True
+    )
+    d_res = _run_decode(d_wl, decode)
     _merge_decode(rec, ids, arrived, d_res)
     ends = rec.finish_s[np.isfinite(rec.finish_s)]
     duration = float(ends.max()) if len(ends) else 0.0

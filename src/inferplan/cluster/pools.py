@@ -90,11 +90,12 @@ def build_pool(
 ) -> PoolBuild:
     if not plan.fits:
         raise DoesNotFitError(f"{name} pool: {does_not_fit_message(plan)}")
-    # Prefix caching runs on the prefill pool only (``disagg.py``): the decode pool receives
-    # each prompt's whole KV.
-    caching = options.prefix_caching and name == "prefill"
+    # Both pools cache prefixes (``disagg.py``): the decode pool maps the received prompts'
+    # blocks its cache holds, as vLLM's NIXL connector does.
     pool_options = replace(
-        options, data_parallel_size=plan.parallelism.num_replicas, enable_prefix_caching=caching
+        options,
+        data_parallel_size=plan.parallelism.num_replicas,
+        enable_prefix_caching=options.prefix_caching,
     )
     return PoolBuild(plan, model, Pool(name, simulation_config(plan, pool_options), model))
 
