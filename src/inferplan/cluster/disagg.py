@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue
+from inferplan.engine.replica import Replica
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -76,9 +77,28 @@ class KvArrivedScheduler(Scheduler):
         rid, tokens = self.waiting.peek()
         if not self._kv_arrived(rid):
             return super().head_chunk(budget, available)
-        _, shared = self.prefix_hit(rid, tokens)  # running requests' blocks are not allocated
+        if self.offload is not None and self.offload.holds_back(rid):
+            return None  # backpressure: the tiers' write link is saturated
+        _, shared = self._local_hit(rid, tokens)  # running requests' blocks are not allocated
         fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) - shared <= available
         return 1 if fits else None
+
+    def _local_hit(self, rid: int, tokens: int) -> tuple[int, int]:
+        """Tokens of a received prompt this replica's HBM prefix cache holds, and the blocks of
+        them running requests map (``prefix_hit`` without the tiers: the KV came over the
+        link)."""
+        cache = self.pool.cache
+        if cache is None:
+            return 0, 0
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        hashed = int(self.prompt_tokens[rid])
+        if cache.covers_output:
+            hashed += int(self.target_tokens[rid])
+        max_entries = min(hashed, tokens - 1) // entry_tokens
+        if max_entries <= 0:
+            return 0, 0
+        hits, shared = cache.lookup(rid, max_entries)
+        return hits * entry_tokens, shared
 
     def _map_received(self, rid: int, tokens: int, held: int) -> None:
         """Give a request whose KV arrived its ``held`` blocks. With prefix caching, as vLLM's
@@ -91,7 +111,7 @@ class KvArrivedScheduler(Scheduler):
             pool.free -= held
             return
         entry_tokens = cache.entry_kv_blocks * pool.block_size
-        hit, _ = self.prefix_hit(rid, tokens)
+        hit, _ = self._local_hit(rid, tokens)
         entries = hit // entry_tokens
         pool.free -= cache.acquire(rid, entries)
         pool.free -= held - entries * cache.entry_blocks
@@ -101,23 +121,6 @@ class KvArrivedScheduler(Scheduler):
         cache.queried_tokens += tokens
         cache.register(rid, tokens // entry_tokens)
         cache.evict_to(pool.free)
-
-    def _map_recompute(self, rid: int, tokens: int, chunk: int, now: float) -> int:
-        """Give a request preempted here the blocks of its prefix hit + first ``chunk``, as
-        the base class's waiting pass does; returns the hit (tokens)."""
-        pool, cache = self.pool, self.pool.cache
-        hit = self.prefix_hit(rid, tokens)[0] if cache is not None else 0
-        held = pool.blocks_for_one(hit + chunk)
-        if cache is None:
-            pool.free -= held
-            return 0
-        entry_tokens = cache.entry_kv_blocks * pool.block_size
-        in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
-        assert in_hbm is not None  # no KV tiers on the decode pool
-        pool.free -= held - in_hbm * cache.entry_blocks
-        cache.register(rid, min(hit + chunk, int(self.prompt_tokens[rid])) // entry_tokens)
-        cache.evict_to(pool.free)
-        return hit
 
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """vLLM v1's waiting pass; a request whose KV arrived joins with its prompt computed,
@@ -136,11 +139,8 @@ class KvArrivedScheduler(Scheduler):
                 rec.first_scheduled_s[rid] = now
                 arrived = float(rec.arrival_s[rid])
                 run.append(rid, tokens, tokens + 1, 1, target, held, arrived)
-            else:  # preempted here: recompute, from its prefix hit, as the base pass does
-                hit = self._map_recompute(rid, tokens, chunk, now)
-                held = pool.blocks_for_one(hit + chunk)
-                generated = int(tokens - self.prompt_tokens[rid])
-                run.append(rid, hit, tokens, generated, target, held, now)
+            elif not self.admit_popped(rid, tokens, chunk, now):  # preempted here: the base's
+                continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
 
@@ -212,8 +212,10 @@ def simulate_disaggregated(
     decode: Pool,
     link: KvLink,
     prompt_kv_bytes: Callable[[int], float],
+    check: Callable[[Replica], None] | None = None,
 ) -> DisaggResult:
-    """Run ``workload`` through the prefill pool, the KV link and the decode pool."""
+    """Run ``workload`` through the prefill pool, the KV link and the decode pool
+    (``check``: called after every step of either pool, for tests' invariants)."""
     for pool in (prefill, decode):
         if pool.config.max_concurrency is not None:
             raise InferplanError(
@@ -229,7 +231,7 @@ def simulate_disaggregated(
     # 1. Prefill: every accepted request, one output token.
     ones = np.ones(len(accepted), np.int64)
     p_wl = _subset(workload, accepted, workload.arrival_s[accepted], ones, keep_hashes=True)
-    p_res = Simulation(p_wl, prefill.config, prefill.model).run()
+    p_res = Simulation(p_wl, prefill.config, prefill.model).run(check=check)
     rec = _with_prefix_cache(rec, accepted, p_res.records)
     p_rec, p_times = p_res.records, _merge_prefill(rec, accepted, p_res, t0)
 
@@ -256,7 +258,7 @@ def simulate_disaggregated(
     d_wl = _subset(
         workload, ids, arrived, workload.output_tokens[ids], keep_hashes=True, decodes=True
     )
-    d_res = _run_decode(d_wl, decode)
+    d_res = _run_decode(d_wl, decode, check)
     _merge_decode(rec, ids, arrived, d_res)
     ends = rec.finish_s[np.isfinite(rec.finish_s)]
     duration = float(ends.max()) if len(ends) else 0.0
@@ -302,7 +304,9 @@ def _merge_prefill(
     return p_times
 
 
-def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
+def _run_decode(
+    d_wl: Workload, decode: Pool, check: Callable[[Replica], None] | None = None
+) -> SimulationResult:
     """The decode pool's replicas with ``KvArrivedScheduler`` in place of vLLM v1's."""
     d_sim = Simulation(d_wl, decode.config, decode.model)
     for replica in d_sim.replicas:
@@ -315,7 +319,8 @@ def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
             replica.records,
             replica.prompt_tokens,
         )
-    return d_sim.run()
+        replica.scheduler.offload = replica.offload  # KV tiers of the decode pool's replicas
+    return d_sim.run(check=check)
 
 
 def _merge_decode(

@@ -74,8 +74,6 @@ def check_flags(
             "--disaggregate: emulated with vLLM v1's scheduler (--engine vllm, "
             "--scheduler continuous) on both pools"
         )
-    if options.kv_tiers:
-        raise InferplanError("--kv-tiers: not emulated with --disaggregate yet; drop the flag")
     for name, shape in shapes.items():
         for flag, value in (("tp", shape.tp), ("dp", shape.dp)):
             if value is not None and value < 1:
@@ -183,6 +181,7 @@ def pool_json(name: str, build: PoolBuild, stage: SimulationResult) -> dict[str,
         "kv_usage": None if usage is None else {"mean": usage.mean, "max": usage.max},
         **latency,
         **prefix_cache_json(stage),
+        **({} if stage.kv_tiers is None else {"kv_tiers": stage.kv_tiers}),
     }
 
 
