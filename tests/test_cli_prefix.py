@@ -68,7 +68,7 @@ def test_bad_prefix_flags_are_one_line_errors(
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0]
 
 
-def test_disaggregated_prefill_pool_reports_its_hit_rate(
+def test_disaggregated_pools_report_their_hit_rates(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = (*SIM, "--random-input-len", "200", "--random-prefix-len", "800", "--disaggregate")
@@ -78,10 +78,13 @@ def test_disaggregated_prefill_pool_reports_its_hit_rate(
     prefill, decode = data["pools"]["prefill"], data["pools"]["decode"]
     assert prefill["cached_tokens"] == data["cached_tokens"] == 19 * 800
     assert prefill["prefix_cache_hit_rate"] == pytest.approx(19 * 800 / 20_000)
-    assert "prefix_cache_hit_rate" not in decode
+    # The decode replica caches each received prompt: 19 requests hit the prefix there too.
+    assert decode["cached_tokens"] == 19 * 800
+    assert decode["prefix_cache_hit_rate"] == pytest.approx(19 * 800 / 20_000)
     assert prefill["prefix_cache_replicas"][0]["cached_tokens"] == 19 * 800
     code, out, _ = run(capsys, *args, "--request-rate", "1", "--no-enable-prefix-caching", "--json")
     off = json.loads(out)
     assert code == 0 and "cached_tokens" not in off["pools"]["prefill"]
+    assert "cached_tokens" not in off["pools"]["decode"]
     assert off["kv_transfer"]["bytes"] == data["kv_transfer"]["bytes"]  # whole KV either way
     assert off["mean_ttft_ms"] > data["mean_ttft_ms"]

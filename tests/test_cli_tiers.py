@@ -79,8 +79,7 @@ def test_no_flag_no_section(capsys: pytest.CaptureFixture[str]) -> None:
         (["--kv-tiers", "host:1TB", "--kv-eviction-bandwidth", "0"], "--kv-eviction-bandwidth"),
         (["--kv-tiers", "host:1TB", "--engine", "trtllm"], "--kv-tiers"),
         (["--kv-tiers", "host:1TB", "--scheduler", "static"], "--kv-tiers"),
-        (["--kv-tiers", "host:1TB", "--disaggregate"], "--kv-tiers"),
-        (["--kv-tiers", "host:1TB", "--admission", "reserve-max"], "--kv-tiers"),
+        (["--kv-tiers", "host:1TB", "--scheduler", "prefill-first"], "--kv-tiers"),
     ],
 )
 def test_bad_tier_flags(capsys: pytest.CaptureFixture[str], extra: list[str], flag: str) -> None:
@@ -89,3 +88,25 @@ def test_bad_tier_flags(capsys: pytest.CaptureFixture[str], extra: list[str], fl
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], err
     assert "Traceback" not in err
+
+
+def test_tiers_combine_with_admission_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    """Reservations and tiers together: a quantile reservation that underestimates (bias 0.3)
+    still preempts, and the victims' KV goes to the host tier instead of being recomputed."""
+    extra = ("--admission", "quantile", "--length-predictor", "noisy", "--predictor-bias", "0.3")
+    code, out, err = _run(capsys, "--kv-tiers", "host:1TB", *extra)
+    assert code == 0, err
+    data = json.loads(out)
+    tiers = data["kv_tiers"]
+    assert data["completed"] == 40
+    assert tiers["num_offloaded"] > 0 and tiers["num_offloaded"] == tiers["num_reloaded"]
+
+
+def test_tiers_on_both_disaggregated_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--kv-tiers", "host:1TB", "--disaggregate")
+    assert code == 0, err
+    pools = json.loads(out)["pools"]
+    for name in ("prefill", "decode"):
+        assert pools[name]["kv_tiers"]["tiers"][0]["name"] == "host"
+    decode = pools["decode"]["kv_tiers"]
+    assert decode["num_offloaded"] > 0 and decode["num_offloaded"] == decode["num_reloaded"]

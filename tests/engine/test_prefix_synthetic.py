@@ -22,6 +22,7 @@ from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationR
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup, pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.memory.prefixcache import windowed_prefix_cache
+from inferplan.metrics.records import RequestStatus
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
@@ -157,11 +158,24 @@ def test_prefix_caching_shortens_ttft_and_off_is_unchanged() -> None:
 # --- prefix caching under --disaggregate (cluster/disagg.py) --------------------------------
 
 
-def _disagg(wl: Workload, spare: int, budget: int, dp: int, *, exact: bool) -> DisaggResult:
+def _disagg(
+    wl: Workload,
+    spare: int,
+    budget: int,
+    dp: int,
+    *,
+    exact: bool,
+    decode_caching: bool = True,
+    decode_spare: int | None = None,
+) -> DisaggResult:
     kvb = _plan().kv_bytes_per_token
     prefill = Pool("prefill", _config(wl, 16, spare, budget, dp, exact=exact), _model())
-    d_cfg = _config(wl, 16, spare + 40, budget, 1, exact=exact)
-    d_sched = SchedulerConfig(**{**d_cfg.scheduler.__dict__, "enable_prefix_caching": False})
+    d_cfg = _config(
+        wl, 16, spare + 40 if decode_spare is None else decode_spare, budget, 1, exact=exact
+    )
+    d_sched = SchedulerConfig(
+        **{**d_cfg.scheduler.__dict__, "enable_prefix_caching": decode_caching}
+    )
     decode = Pool("decode", SimulationConfig(d_sched, d_cfg.max_model_len, exact=exact), _model())
     return simulate_disaggregated(wl, prefill, decode, KvLink(50e9, 0.0), lambda t: t * kvb)
 
@@ -174,9 +188,18 @@ def _disagg(wl: Workload, spare: int, budget: int, dp: int, *, exact: bool) -> D
     budget=st.sampled_from([64, 2048]),
     dp=st.sampled_from([1, 2]),
     seed=st.integers(0, 1000),
+    decode_caching=st.booleans(),
+    decode_spare=st.sampled_from([0, 5, 40]),
 )
-def test_disaggregated_prefill_pool_caches_and_fast_equals_exact(
-    prefix: int, groups: int, spare: int, budget: int, dp: int, seed: int
+def test_disaggregated_pools_cache_and_fast_equals_exact(
+    prefix: int,
+    groups: int,
+    spare: int,
+    budget: int,
+    dp: int,
+    seed: int,
+    decode_caching: bool,
+    decode_spare: int,
 ) -> None:
     base = build_workload(
         "random",
@@ -188,16 +211,22 @@ def test_disaggregated_prefill_pool_caches_and_fast_equals_exact(
         seed=seed,
     )
     wl = with_shared_prefix(base, prefix, groups, seed)
-    fast = _disagg(wl, spare, budget, dp, exact=False)
-    exact = _disagg(wl, spare, budget, dp, exact=True)
+    fast, exact = (
+        _disagg(wl, spare, budget, dp, exact=e, decode_caching=decode_caching, decode_spare=ds)
+        for e, ds in ((False, decode_spare), (True, decode_spare))
+    )
     _assert_same(fast.prefill, exact.prefill)
     _assert_same(fast.decode, exact.decode)
     np.testing.assert_allclose(fast.records.finish_s, exact.records.finish_s, rtol=1e-9)
-    # The combined records carry the prefill pool's hits; the decode pool caches nothing.
+    # The combined records carry the prefill pool's hits; the decode pool has its own.
     assert exact.records.cached_tokens is not None
     assert exact.prefill.records.cached_tokens is not None
-    assert exact.decode.records.cached_tokens is None
+    assert (exact.decode.records.cached_tokens is not None) == decode_caching
     assert exact.records.cached_tokens.sum() == exact.prefill.records.cached_tokens.sum()
+    completed = exact.records.status == int(RequestStatus.COMPLETED)
+    assert completed.sum() + (exact.records.status == int(RequestStatus.REJECTED)).sum() == (
+        wl.num_requests
+    )
     # The link still ships every transferred prompt's whole KV.
     moved = exact.decode.records.input_tokens.sum() * _plan().kv_bytes_per_token
     assert exact.link.summary(1.0)["bytes"] == pytest.approx(moved)
@@ -219,6 +248,38 @@ def test_disaggregated_hit_shortens_only_the_prefill() -> None:
     prefill_s = p.first_token_s - p.arrival_s
     assert prefill_s.tolist() == pytest.approx([full, rest], rel=1e-12)
     assert res.link.summary(1.0)["bytes"] == pytest.approx(2 * 1124 * _plan().kv_bytes_per_token)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_decode_pool_shares_the_received_prefix_it_caches(exact: bool) -> None:
+    """vLLM's NIXL decode side: two requests with a 1,024-token shared prefix (64 blocks of 16)
+    and 100 own tokens each reach the decode replica one wire time apart. The second finds the
+    prefix in the replica's cache (the first request's received prompt, still mapped by it), so
+    its admission maps those 64 blocks and allocates only ceil(1,125 / 16) - 64 = 7. The link
+    still ships both whole prompts (the upper bound, module doc of ``disagg.py``)."""
+    wl = with_shared_prefix(
+        build_workload("random", num_prompts=2, random_input_len=100, random_output_len=40), 1024
+    )
+    wl = replace(wl, arrival_s=np.array([0.0, 0.0]))
+    on = _disagg(wl, 400, 8192, 1, exact=exact)
+    off = _disagg(wl, 400, 8192, 1, exact=exact, decode_caching=False)
+    d = on.decode.records
+    assert d.cached_tokens is not None and d.cached_tokens.tolist() == [0, 1024]
+    assert d.prefix_queried_tokens is not None and d.prefix_queried_tokens.tolist() == [1124] * 2
+    assert off.decode.records.cached_tokens is None
+
+    def peak_blocks(res: DisaggResult) -> int:
+        usage = res.decode.traces[0].summary()
+        assert usage is not None
+        return round(usage.max * res.decode.traces[0].total_blocks)
+
+    # Each request ends with 1,124 + 40 - 1 = 1,163 tokens of KV, ceil(1,163 / 16) = 73 blocks,
+    # 64 of them shared with caching. The fast mode's usage gauge is sampled at events, so its
+    # peak is at the second admission, where each holds ceil(1,125 / 16) = 71 blocks.
+    per_request = 73 if exact else 71
+    assert peak_blocks(off) == 2 * per_request
+    assert peak_blocks(on) == per_request + (per_request - 64)
+    assert on.link.summary(1.0)["bytes"] == off.link.summary(1.0)["bytes"]
 
 
 # --- sliding-window pools (memory/prefixcache.py, windowed parts) ---------------------------
@@ -311,12 +372,20 @@ def test_windowed_pool_hits_are_whole_kv_blocks_of_the_prefix(
     spare=st.integers(0, 60),
     num_sessions=st.integers(1, 6),
     seed=st.integers(0, 1000),
+    cover_output=st.booleans(),
 )
 def test_fast_equals_exact_on_conversation_sessions(
-    kv_groups: tuple[KvGroup, ...], block_size: int, spare: int, num_sessions: int, seed: int
+    kv_groups: tuple[KvGroup, ...],
+    block_size: int,
+    spare: int,
+    num_sessions: int,
+    seed: int,
+    cover_output: bool,
 ) -> None:
     """Multi-turn sessions (``session_hashes``): each turn's prompt is the previous turn's
-    context plus a new message; turns of a session arrive in order, sessions interleave."""
+    context plus a new message; turns of a session arrive in order, sessions interleave. With
+    ``cover_output`` (as a session trace gives) generated blocks are cached too, preempted
+    requests hit their own generated blocks on resume."""
     rng = np.random.default_rng(seed)
     n = 36
     sessions = [str(s) for s in rng.integers(0, num_sessions, size=n)]
@@ -337,6 +406,7 @@ def test_fast_equals_exact_on_conversation_sessions(
         class_ids=np.zeros(n, dtype=np.int64),
         prefix_hashes=session_hashes(list(sessions), ins, outs),
         prefix_block_tokens=HASH_BLOCK_TOKENS,
+        prefix_hashes_cover_output=cover_output,
     )
     fast = _run(wl, _config(wl, block_size, spare, 256, 1, exact=False, groups=kv_groups))
     exact = _run(wl, _config(wl, block_size, spare, 256, 1, exact=True, groups=kv_groups))

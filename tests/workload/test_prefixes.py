@@ -69,10 +69,11 @@ def test_session_turns_share_the_previous_prompt_and_output() -> None:
     inputs = np.array([40, 50, 100, 60], dtype=np.int64)
     outputs = np.array([30, 5, 20, 1], dtype=np.int64)
     h = session_hashes(["a", None, "a", "a"], inputs, outputs)
-    assert len(h[0]) == 2 and len(h[2]) == 6
+    # Each request's hashes cover its prompt + output: 70 // 16 = 4, 55 // 16 = 3, 120 // 16 = 7.
+    assert [len(x) for x in h[:3]] == [4, 3, 7]
     # Turn 2 keeps the 4 full blocks of turn 1's 70-token context (2 prompt + 2 output blocks).
-    assert h[2][:2] == h[0]
-    assert len(set(h[2][2:]) & set(h[0] + h[1])) == 0
+    assert h[2][:4] == h[0]
+    assert len(set(h[2][4:]) & set(h[0] + h[1])) == 0
     # Turn 3's prompt (60) is shorter than the 120-token context: history was cut, no sharing.
     assert not set(h[3]) & set(h[2])
     assert not set(h[1]) & (set(h[0]) | set(h[2]))  # no session: its own blocks
@@ -101,7 +102,7 @@ def test_session_id_column_gives_turns_shared_prefixes(tmp_path: Path) -> None:
     # Sorted by arrival: a(40), (50), b(64), a(100); a's second turn keeps its first turn's ids.
     h = wl.prefix_hashes
     assert wl.input_tokens.tolist() == [40, 50, 64, 100]
-    assert h[3][:2] == h[0] and len(h[3]) == 6
+    assert h[3][:4] == h[0] and len(h[3]) == 7
     assert not set(h[2]) & set(h[3])
     jsonl = tmp_path / "chat.jsonl"
     rows = [
@@ -110,7 +111,7 @@ def test_session_id_column_gives_turns_shared_prefixes(tmp_path: Path) -> None:
     ]
     jsonl.write_text("\n".join(rows) + "\n")
     j = load_trace(jsonl).prefix_hashes
-    assert j is not None and j[1][:2] == j[0]
+    assert j is not None and j[1][:4] == j[0]
 
 
 def test_traces_without_session_ids_carry_no_hashes(tmp_path: Path) -> None:
@@ -122,8 +123,8 @@ def test_traces_without_session_ids_carry_no_hashes(tmp_path: Path) -> None:
 def test_session_turns_hit_the_cache_in_a_simulation(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Turn 2 of a conversation, one at a time: its hit is turn 1's full prompt blocks (output
-    blocks are not cached: the cache holds prompt blocks only)."""
+    """Turn 2 of a conversation, one at a time: its hit is turn 1's prompt + output blocks
+    (vLLM v1 caches generated blocks too)."""
     path = tmp_path / "chat.csv"
     path.write_text("arrival_s,input_tokens,output_tokens,session_id\n0,100,40,a\n30,200,10,a\n")
     code = main(
@@ -134,4 +135,34 @@ def test_session_turns_hit_the_cache_in_a_simulation(
     )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["cached_tokens"] == 96  # 6 full 16-token blocks of turn 1's 100-token prompt
+    # Turn 1 ends with 100 + 40 - 1 = 139 tokens of KV (the last sampled token is never
+    # computed): 8 full 16-token blocks, 6 of its prompt and 2 of its output; turn 2's
+    # 200-token prompt starts with those 140 tokens, so it hits 8 blocks = 128 tokens.
+    assert data["cached_tokens"] == 128
+
+
+@pytest.mark.parametrize(
+    ("output", "cached"),
+    [
+        # 100 + 28 = 128 tokens, but the last sampled token's KV is never computed: 127 tokens
+        # of KV hold 7 full blocks (112 tokens), so the 8th block is not cached.
+        (28, 112),
+        (29, 128),  # 128 tokens of KV: 8 full blocks
+        (1, 96),  # no full output block: the 6 full prompt blocks
+    ],
+)
+def test_session_turn_hits_full_blocks_of_the_previous_turns_computed_kv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: int, cached: int
+) -> None:
+    path = tmp_path / "chat.csv"
+    path.write_text(
+        f"arrival_s,input_tokens,output_tokens,session_id\n0,100,{output},a\n30,300,10,a\n"
+    )
+    code = main(
+        [
+            *("simulate", "--model", "Llama-3.1-8B", "--gpu", "h100"),
+            *("--dataset-name", "trace", "--dataset-path", str(path), "--json"),
+        ]
+    )
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["cached_tokens"] == cached

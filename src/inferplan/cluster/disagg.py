@@ -16,11 +16,18 @@ A request runs in three stages, each on its own resources:
    it decodes from its second token on. A request preempted on the decode pool recomputes its
    prompt and output there (vLLM v1 recomputes; nothing goes back to the prefill pool).
 
-**Prefix caching** (vLLM v1's, on by default) runs on the prefill pool only: each prefill
-replica caches the prompt blocks it computed (``memory/prefixcache.py``), so a hit shortens the
-prefill's compute. The decode pool caches nothing, so the transfer still ships the whole
-prompt's KV: vLLM's NIXL connector lets a decode instance pull only the blocks its own prefix
-cache lacks, which is not modelled (so the link's load is an upper bound with shared prefixes).
+**Prefix caching** (vLLM v1's, on by default) runs on both pools (``memory/prefixcache.py``).
+A prefill replica caches the prompt blocks it computed, so a hit shortens the prefill's
+compute. A decode replica does what vLLM's NIXL connector does on a decode instance
+(``nixl_connector.py``: ``get_num_new_matched_tokens`` asks for the prompt tokens past the
+local hit, ``update_state_after_alloc`` pulls into the unhashed blocks only, and the scheduler
+caches the received blocks in ``_update_waiting_for_remote_kv``): at admission the prompt's
+blocks its own cache holds are mapped, not allocated, and the received prompt's full blocks
+are cached (``KvArrivedScheduler._map_received``); generated blocks too where the hashes cover
+them (session traces). The link still ships each whole prompt's KV: in vLLM the decode side
+pulls after its admission, so the bytes depend on its cache at that moment, while here the
+transfer precedes admission (the stages run in order, below). With shared prefixes the link's
+load is therefore an upper bound.
 
 **TTFT** follows SGLang's disaggregated mode: the client streams from the decode server, which
 returns the prefill's first token once the KV transfer has completed, so the first token counts
@@ -45,6 +52,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue
+from inferplan.engine.replica import Replica
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -69,8 +77,50 @@ class KvArrivedScheduler(Scheduler):
         rid, tokens = self.waiting.peek()
         if not self._kv_arrived(rid):
             return super().head_chunk(budget, available)
-        fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) <= available
+        if self.offload is not None and self.offload.holds_back(rid):
+            return None  # backpressure: the tiers' write link is saturated
+        _, shared = self._local_hit(rid, tokens)  # running requests' blocks are not allocated
+        fits = budget >= 1 and self.pool.blocks_for_one(tokens + 1) - shared <= available
         return 1 if fits else None
+
+    def _local_hit(self, rid: int, tokens: int) -> tuple[int, int]:
+        """Tokens of a received prompt this replica's HBM prefix cache holds, and the blocks of
+        them running requests map (``prefix_hit`` without the tiers: the KV came over the
+        link)."""
+        cache = self.pool.cache
+        if cache is None:
+            return 0, 0
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        hashed = int(self.prompt_tokens[rid])
+        if cache.covers_output:
+            hashed += int(self.target_tokens[rid])
+        max_entries = min(hashed, tokens - 1) // entry_tokens
+        if max_entries <= 0:
+            return 0, 0
+        hits, shared = cache.lookup(rid, max_entries)
+        return hits * entry_tokens, shared
+
+    def _map_received(self, rid: int, tokens: int, held: int) -> None:
+        """Give a request whose KV arrived its ``held`` blocks. With prefix caching, as vLLM's
+        NIXL connector does on a decode instance: the prompt's blocks this replica's cache
+        holds are mapped (a local hit), only the others are allocated (and pulled), and every
+        full prompt block is cached once received (``Scheduler._update_waiting_for_remote_kv``;
+        the last one when the first decode step fills it, which follows at once)."""
+        pool, cache, rec = self.pool, self.pool.cache, self.records
+        if cache is None:
+            pool.free -= held
+            return
+        entry_tokens = cache.entry_kv_blocks * pool.block_size
+        hit, _ = self._local_hit(rid, tokens)
+        entries = hit // entry_tokens
+        pool.free -= cache.acquire(rid, entries)
+        pool.free -= held - entries * cache.entry_blocks
+        rec.cached_tokens[rid] += hit  # type: ignore[index]
+        rec.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += hit
+        cache.queried_tokens += tokens
+        cache.register(rid, tokens // entry_tokens)
+        cache.evict_to(pool.free)
 
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """vLLM v1's waiting pass; a request whose KV arrived joins with its prompt computed,
@@ -85,14 +135,12 @@ class KvArrivedScheduler(Scheduler):
             target = int(self.target_tokens[rid])
             if self._kv_arrived(rid):
                 held = pool.blocks_for_one(tokens + 1)
+                self._map_received(rid, tokens, held)
                 rec.first_scheduled_s[rid] = now
                 arrived = float(rec.arrival_s[rid])
                 run.append(rid, tokens, tokens + 1, 1, target, held, arrived)
-            else:  # preempted here: recompute from nothing, as the base pass does
-                held = pool.blocks_for_one(chunk)
-                generated = int(tokens - self.prompt_tokens[rid])
-                run.append(rid, 0, tokens, generated, target, held, now)
-            pool.free -= held
+            elif not self.admit_popped(rid, tokens, chunk, now):  # preempted here: the base's
+                continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
 
@@ -126,9 +174,11 @@ def _subset(
     output: np.ndarray,
     *,
     keep_hashes: bool = False,
+    decodes: bool = False,
 ) -> Workload:
     """Rows ``ids`` of a workload, with new arrival times and output lengths (and their
-    prompt-block hashes if ``keep_hashes``: the prefill pool's prefix caches use them)."""
+    prompt-block hashes if ``keep_hashes``: the pools' prefix caches use them; only where the
+    pool ``decodes`` do hashes of generated blocks count)."""
     hashes = workload.prefix_hashes if keep_hashes else None
     return Workload(
         arrival_s=arrival_s,
@@ -140,6 +190,7 @@ def _subset(
         prefix_hashes=None if hashes is None else tuple(hashes[i] for i in ids.tolist()),
         prefix_block_tokens=None if hashes is None else workload.prefix_block_tokens,
         source=workload.source,
+        prefix_hashes_cover_output=decodes and workload.prefix_hashes_cover_output,
     )
 
 
@@ -161,8 +212,10 @@ def simulate_disaggregated(
     decode: Pool,
     link: KvLink,
     prompt_kv_bytes: Callable[[int], float],
+    check: Callable[[Replica], None] | None = None,
 ) -> DisaggResult:
-    """Run ``workload`` through the prefill pool, the KV link and the decode pool."""
+    """Run ``workload`` through the prefill pool, the KV link and the decode pool
+    (``check``: called after every step of either pool, for tests' invariants)."""
     for pool in (prefill, decode):
         if pool.config.max_concurrency is not None:
             raise InferplanError(
@@ -178,7 +231,7 @@ def simulate_disaggregated(
     # 1. Prefill: every accepted request, one output token.
     ones = np.ones(len(accepted), np.int64)
     p_wl = _subset(workload, accepted, workload.arrival_s[accepted], ones, keep_hashes=True)
-    p_res = Simulation(p_wl, prefill.config, prefill.model).run()
+    p_res = Simulation(p_wl, prefill.config, prefill.model).run(check=check)
     rec = _with_prefix_cache(rec, accepted, p_res.records)
     p_rec, p_times = p_res.records, _merge_prefill(rec, accepted, p_res, t0)
 
@@ -202,7 +255,10 @@ def simulate_disaggregated(
     rec.status[ids] = int(RequestStatus.REJECTED)  # until the decode pool completes them
 
     # 3. Decode: arrivals when the KV has arrived.
-    d_res = _run_decode(_subset(workload, ids, arrived, workload.output_tokens[ids]), decode)
+    d_wl = _subset(
+        workload, ids, arrived, workload.output_tokens[ids], keep_hashes=True, decodes=True
+    )
+    d_res = _run_decode(d_wl, decode, check)
     _merge_decode(rec, ids, arrived, d_res)
     ends = rec.finish_s[np.isfinite(rec.finish_s)]
     duration = float(ends.max()) if len(ends) else 0.0
@@ -248,7 +304,9 @@ def _merge_prefill(
     return p_times
 
 
-def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
+def _run_decode(
+    d_wl: Workload, decode: Pool, check: Callable[[Replica], None] | None = None
+) -> SimulationResult:
     """The decode pool's replicas with ``KvArrivedScheduler`` in place of vLLM v1's."""
     d_sim = Simulation(d_wl, decode.config, decode.model)
     for replica in d_sim.replicas:
@@ -261,7 +319,8 @@ def _run_decode(d_wl: Workload, decode: Pool) -> SimulationResult:
             replica.records,
             replica.prompt_tokens,
         )
-    return d_sim.run()
+        replica.scheduler.offload = replica.offload  # KV tiers of the decode pool's replicas
+    return d_sim.run(check=check)
 
 
 def _merge_decode(

@@ -74,8 +74,6 @@ def check_flags(
             "--disaggregate: emulated with vLLM v1's scheduler (--engine vllm, "
             "--scheduler continuous) on both pools"
         )
-    if options.kv_tiers:
-        raise InferplanError("--kv-tiers: not emulated with --disaggregate yet; drop the flag")
     for name, shape in shapes.items():
         for flag, value in (("tp", shape.tp), ("dp", shape.dp)):
             if value is not None and value < 1:
@@ -90,11 +88,12 @@ def build_pool(
 ) -> PoolBuild:
     if not plan.fits:
         raise DoesNotFitError(f"{name} pool: {does_not_fit_message(plan)}")
-    # Prefix caching runs on the prefill pool only (``disagg.py``): the decode pool receives
-    # each prompt's whole KV.
-    caching = options.prefix_caching and name == "prefill"
+    # Both pools cache prefixes (``disagg.py``): the decode pool maps the received prompts'
+    # blocks its cache holds, as vLLM's NIXL connector does.
     pool_options = replace(
-        options, data_parallel_size=plan.parallelism.num_replicas, enable_prefix_caching=caching
+        options,
+        data_parallel_size=plan.parallelism.num_replicas,
+        enable_prefix_caching=options.prefix_caching,
     )
     return PoolBuild(plan, model, Pool(name, simulation_config(plan, pool_options), model))
 
@@ -182,6 +181,7 @@ def pool_json(name: str, build: PoolBuild, stage: SimulationResult) -> dict[str,
         "kv_usage": None if usage is None else {"mean": usage.mean, "max": usage.max},
         **latency,
         **prefix_cache_json(stage),
+        **({} if stage.kv_tiers is None else {"kv_tiers": stage.kv_tiers}),
     }
 
 

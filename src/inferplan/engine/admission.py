@@ -61,6 +61,7 @@ from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.workload.predict import Predictions, PredictorSpec, predict_output_tokens
 
 if TYPE_CHECKING:
+    from inferplan.engine.offload import KvOffload
     from inferplan.engine.running import RunningSet
     from inferplan.engine.schedulers import Scheduler, StepDecision
 
@@ -162,13 +163,30 @@ class Admission:
         pool_tokens = pool.num_blocks * pool.block_size
         self.token_budget = pool_tokens if self.cfg.token_budget is None else self.cfg.token_budget
         self._outstanding = 0  # reserved blocks not yet allocated, at the last availability
+        # KV tiers (``engine/offload.py``), set by the replica: requests admitted while their
+        # KV comes back hold blocks and a reservation off the running set.
+        self.offload: KvOffload | None = None
 
     # ---- the admission test ---------------------------------------------------------------
 
+    def _active_ids(self, run: RunningSet) -> IntArray:
+        """Requests holding a reservation: the running ones, and with KV tiers those admitted
+        while their KV comes back."""
+        if self.offload is None or not self.offload.loading:
+            return run.ids
+        loading = [x.request_id for x in self.offload.loading]
+        return np.concatenate([run.ids, np.asarray(loading, dtype=np.int64)])
+
     def outstanding(self, run: RunningSet, held: IntArray) -> int:
-        """Blocks reserved by running requests and not yet allocated to them."""
+        """Blocks reserved by running (and reloading) requests and not yet allocated to them."""
         reserved = self.ledger.reserved_blocks[run.ids]
-        return int(np.maximum(reserved - held, 0).sum())
+        total = int(np.maximum(reserved - held, 0).sum())
+        if self.offload is not None:  # admitted, waiting off the batch for their KV
+            ledger = self.ledger.reserved_blocks
+            total += sum(
+                max(int(ledger[x.request_id]) - x.held_blocks, 0) for x in self.offload.loading
+            )
+        return total
 
     def available_blocks(self, run: RunningSet, *, after_decode_step: bool) -> int:
         """Unreserved free blocks now, or after every running row decodes one more token."""
@@ -190,13 +208,14 @@ class Admission:
         res_blocks = 0
         if self.cfg.policy in ("reserve-max", "quantile"):
             res_blocks = min(pool.blocks_for_one(res_tokens), pool.num_blocks)
-        is_busy = len(run) > 0
+        active = self._active_ids(run)
+        is_busy = len(active) > 0
         margin = self.headroom_blocks if is_busy else 0
         fits_blocks = max(res_blocks, chunk_blocks) + margin <= unreserved
         over_budget = (
             self.cfg.policy == "token-budget"
             and is_busy
-            and int(ledger.reserved_tokens[run.ids].sum()) + res_tokens > self.token_budget
+            and int(ledger.reserved_tokens[active].sum()) + res_tokens > self.token_budget
         )
         if fits_blocks and not over_budget:
             ledger.reserved_blocks[rid] = res_blocks
@@ -351,8 +370,8 @@ class Admission:
         """``reject``/``truncate``: the request at ``row`` ends now; its blocks go back."""
         run, rec = sched.running, self.records
         generated = int(run.num_generated[row])
-        rid, _, _, held = run.pop(row)
-        sched.release_blocks(rid, held)
+        rid, computed, _, held = run.pop(row)
+        sched.release_blocks(rid, held, computed)
         rec.output_tokens[rid] = generated
         self.ledger.end_reason[rid] = HEADROOM_EXHAUSTED
         if self.cfg.on_exhaustion == "truncate" and generated > 0:

@@ -41,7 +41,8 @@ that moves KV to and from them. Model:
 
 Time is the replica's own clock (a step's start while the scheduler runs), so exact and fast
 mode agree as long as the closed-form stretch runs only while the offload is idle (``is_idle``:
-no write or read in flight).
+no write or read in flight) and stops before a step that would evict a cached free block
+(whose copy down is timed at that step).
 """
 
 from __future__ import annotations
@@ -133,12 +134,15 @@ class KvOffload:
         return self.replica.now
 
     def is_idle(self, now: float) -> bool:
-        """No transfer in flight, nobody waiting for one, and (with a prefix cache) no cached
-        free block a closed-form stretch could evict (its copy would be timed at the stretch's
-        start instead of at the step that evicts it)."""
-        if self.cache is not None and self.cache.lru_blocks:
-            return False
+        """No transfer in flight and nobody waiting for one. A closed-form stretch must also
+        not evict a cached free block (its copy would be timed at the stretch's start instead
+        of at the step that evicts it): the stretch stops before the step whose new blocks
+        reach the cached-free ones (``evictable_blocks``, ``DecodeStretches.stretch_steps``)."""
         return not self.loading and self.write_free_s <= now and self.read_free_s <= now
+
+    def evictable_blocks(self) -> int:
+        """Cached free blocks whose eviction would be written to a tier (0: no prefix cache)."""
+        return 0 if self.cache is None else self.cache.lru_blocks
 
     def next_event_s(self, now: float) -> float | None:
         """When something changes by itself after ``now``: a read lands or the writes drain."""

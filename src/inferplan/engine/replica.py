@@ -71,8 +71,12 @@ def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | 
     hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)
     kv_blocks = entry_tokens // cfg.block_size
     if cfg.kv_groups == FULL_ATTENTION:
-        return PrefixCache(hashes, kv_blocks)
-    return windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
+        cache: PrefixCache | None = PrefixCache(hashes, kv_blocks)
+    else:
+        cache = windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
+    if cache is not None:
+        cache.covers_output = workload.prefix_hashes_cover_output
+    return cache
 
 
 class Replica:
@@ -352,8 +356,9 @@ class Replica:
         if self.pool.cache is None:
             self.pool.free += int(run.held_blocks[rows].sum())
         else:
-            for rid, held in zip(ids.tolist(), run.held_blocks[rows].tolist(), strict=True):
-                self.scheduler.release_blocks(rid, held)
+            held_blocks, computed = run.held_blocks[rows].tolist(), run.num_computed[rows].tolist()
+            for rid, held, done in zip(ids.tolist(), held_blocks, computed, strict=True):
+                self.scheduler.release_blocks(rid, held, done)
         run.drop(rows)
         self.on_finish.extend(ids.tolist())
         if len(run) == 0:

@@ -117,7 +117,10 @@ class Scheduler:
         if cache is None:
             return 0, 0
         entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        max_entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
+        hashed = int(self.prompt_tokens[rid])  # + the output where hashes cover it (sessions)
+        if cache.covers_output:
+            hashed += int(self.target_tokens[rid])
+        max_entries = min(hashed, tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0
         hits, shared = cache.lookup(rid, max_entries)
@@ -136,10 +139,19 @@ class Scheduler:
             cache.register(int(run.ids[row]), end // entry_tokens)
         cache.evict_to(self.pool.free)  # windowed parts just cached may not fit the free pool
 
-    def release_blocks(self, rid: int, held: int) -> None:
-        """A request gives back the ``held`` blocks its sequence maps."""
+    def release_blocks(self, rid: int, held: int, computed: int | None = None) -> None:
+        """A request gives back the ``held`` blocks its sequence maps; where the prefix
+        cache's hashes cover generated tokens, the full entries of its ``computed`` tokens are
+        cached first (``memory/prefixcache.py``)."""
         cache = self.pool.cache
-        self.pool.free += held if cache is None else held - cache.release(rid)
+        if cache is None:
+            self.pool.free += held
+            return
+        if cache.covers_output and computed is not None:
+            cache.register(rid, computed // (cache.entry_kv_blocks * self.pool.block_size))
+        self.pool.free += held - cache.release(rid)
+        if cache.covers_output and cache.window_entries is not None:
+            cache.evict_to(self.pool.free)  # windowed parts just cached may not fit
 
     # ---- admission, defined once ------------------------------------------------------------
 
@@ -215,7 +227,7 @@ class Scheduler:
         """The waiting pass over the queue: admit its head while the budget lasts,
         ``max_num_seqs`` allows and ``head_chunk`` says it fits; append each chunk to
         ``sched``."""
-        run, waiting, pool = self.running, self.waiting, self.pool
+        run, waiting = self.running, self.waiting
         waiting.age(now)
         while len(waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
             chunk = self.head_chunk(budget, self.available_blocks())
@@ -223,28 +235,37 @@ class Scheduler:
                 break
             rid, tokens = waiting.peek()
             waiting.pop()
-            hit, _ = self.prefix_hit(rid, tokens)
-            held = pool.blocks_for_one(hit + chunk)
-            if self.offload is not None and rid in self.offload.stored:
-                self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
-                continue
-            if pool.cache is None:
-                pool.free -= held
-            else:  # map the cached entries first, so that allocating cannot evict them
-                entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
-                in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
-                if in_hbm is None:
-                    continue  # the rest of its prefix comes back from a tier: it waits
-                pool.free -= held - in_hbm * pool.cache.entry_blocks
-                end = min(hit + chunk, int(self.prompt_tokens[rid]))
-                pool.cache.register(rid, end // entry_tokens)
-                pool.cache.evict_to(pool.free)
-            if math.isnan(self.records.first_scheduled_s[rid]):
-                self.records.first_scheduled_s[rid] = now
-            generated = int(tokens - self.prompt_tokens[rid])
-            run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
+            if not self.admit_popped(rid, tokens, chunk, now):
+                continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
+
+    def admit_popped(self, rid: int, tokens: int, chunk: int, now: float) -> bool:
+        """Give the request just taken off the queue its blocks (prefix hit + first ``chunk``)
+        and append it to the running set; False where it waits off the batch for KV coming
+        back from a tier (``engine/offload.py``)."""
+        pool = self.pool
+        hit, _ = self.prefix_hit(rid, tokens)
+        held = pool.blocks_for_one(hit + chunk)
+        if self.offload is not None and rid in self.offload.stored:
+            self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
+            return False
+        if pool.cache is None:
+            pool.free -= held
+        else:  # map the cached entries first, so that allocating cannot evict them
+            entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
+            in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
+            if in_hbm is None:
+                return False  # the rest of its prefix comes back from a tier: it waits
+            pool.free -= held - in_hbm * pool.cache.entry_blocks
+            end = min(hit + chunk, int(self.prompt_tokens[rid]))
+            pool.cache.register(rid, end // entry_tokens)
+            pool.cache.evict_to(pool.free)
+        if math.isnan(self.records.first_scheduled_s[rid]):
+            self.records.first_scheduled_s[rid] = now
+        generated = int(tokens - self.prompt_tokens[rid])
+        self.running.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
+        return True
 
     def _reload(self, rid: int, tokens: int, hit: int, held: int) -> None:
         """Admit a request whose ``hit`` computed tokens are in a tier with ``held`` blocks;
@@ -354,7 +375,7 @@ class Scheduler:
     def preempt(self, row: int) -> float:
         """Preempt the running request at ``row``; the seconds its swap-out takes."""
         rid, computed, tokens, held = self.running.pop(row)
-        self.release_blocks(rid, held)
+        self.release_blocks(rid, held, computed)
         self.records.num_preemptions[rid] += 1
         if self.cfg.preemption_mode == "swap":
             self.swapped.appendleft((rid, computed, tokens, held))

@@ -103,10 +103,6 @@ class ServingOptions:
     def _check_kv_tiers(self) -> None:
         if self.kv_eviction_cap_bytes_s is not None and not self.kv_tiers:
             raise InferplanError("--kv-eviction-bandwidth: needs --kv-tiers")
-        if self.kv_tiers and self.admission is not None and self.admission.is_active:
-            raise InferplanError(
-                "--kv-tiers: not combined with --admission policies yet; drop one of them"
-            )
         if self.kv_tiers and (self.engine, self.scheduler, self.preemption_mode) != (
             "vllm",
             "continuous",

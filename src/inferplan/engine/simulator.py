@@ -153,6 +153,7 @@ class Simulation:
                 scheduler.admission = Admission(
                     self.ledger, replica.pool, self.records, replica.on_finish
                 )
+                scheduler.admission.offload = replica.offload
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0

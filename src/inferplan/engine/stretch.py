@@ -58,6 +58,8 @@ class DecodeStretches:
             k = min(k, block_end)
         if r.pool.cache is not None:
             k = min(k, self._steps_before_head_hit_shrinks(k))
+        if r.offload is not None and r.offload.evictable_blocks():
+            k = min(k, self._steps_before_eviction(k, r.offload.evictable_blocks()))
         k, k_pool = self._steps_before_pool_runs_out(k)
         admission = r.scheduler.admission
         if admission is not None:  # growth beyond reservations may exhaust the unreserved
@@ -89,6 +91,12 @@ class DecodeStretches:
         if allowed >= consumed:
             return k
         return self._steps_before_pool_runs_out(k, free=allowed)[1]
+
+    def _steps_before_eviction(self, k: int, evictable: int) -> int:
+        """Steps (at most ``k``) whose new blocks fit in the free blocks that hold no cached
+        entry: with KV tiers an evicted entry is written down at the step that evicts it, so
+        that step runs exactly (``engine/offload.py``)."""
+        return self._steps_before_pool_runs_out(k, free=self.replica.pool.free - evictable)[1]
 
     def _steps_before_pool_runs_out(self, k: int, free: int | None = None) -> tuple[int, int]:
         """(k, k_pool): the stretch's length, shortened where the pool's crossing costs change,

@@ -40,8 +40,14 @@ earlier than in vLLM, and a request hitting another running request's window all
 one window of blocks that vLLM would share. The window is taken from ``KvGroup.max_blocks``
 (``(max_blocks - 1) * block_size`` tokens, at most one block more than the real window).
 
-Simplifications: hashes cover the prompt only, not generated tokens; pools of windowed layers
-only (no full-attention group) do not cache.
+Generated tokens (``covers_output``: session traces, whose hashes go on past the prompt): vLLM
+v1 hashes a generated block once it is full and caches it, so a conversation's next turn hits
+the previous turn's prompt + output, and a resume after preemption hits its own generated
+blocks (its hit is capped at ``num_tokens - 1``). Here a request's computed entries past those
+already registered are registered when it frees its blocks (finish or preemption), so the only
+difference is that a turn looked up while its predecessor still decodes sees the predecessor's
+prompt entries, not the output entries filled so far. Other workloads' hashes cover the prompt
+only. Pools of windowed layers only (no full-attention group) do not cache.
 """
 
 from __future__ import annotations
@@ -125,6 +131,9 @@ class PrefixCache:
         self.covered: dict[int, int] = {}  # per request: prompt entries already considered
         # Called with each evicted hash (KV tiers keep a copy: ``engine/offload.py``).
         self.on_evict: Callable[[int], None] | None = None
+        # The hashes go on past the prompt over the output's full blocks (session traces):
+        # the engine registers those when the request frees its blocks (module doc).
+        self.covers_output = False
 
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
         """(entries of ``rid``'s prompt cached from the first, at most ``max_entries``; of

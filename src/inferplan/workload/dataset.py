@@ -265,6 +265,7 @@ def first_requests(workload: Workload, num_requests: int) -> Workload:
         prefix_block_tokens=workload.prefix_block_tokens,
         source=workload.source,
         notes=(*workload.notes, f"first {num_requests} requests"),
+        prefix_hashes_cover_output=workload.prefix_hashes_cover_output,
     )
 
 

@@ -18,10 +18,13 @@ them into its own block size, ``prefixcache.regroup_hashes``):
   its output + the new message, so the first ``prev_input + prev_output`` tokens are the previous
   turn's context: its full blocks keep the previous turn's ids. A turn whose prompt is shorter
   than that context (history cut or rewritten) shares nothing and starts the session afresh,
-  since which tokens were dropped is unknown. Turns are taken in arrival order.
+  since which tokens were dropped is unknown. Turns are taken in arrival order. A turn's hashes
+  go on past its prompt over the full blocks of its output (``Workload.
+  prefix_hashes_cover_output``): vLLM v1 hashes and caches generated blocks too, so the next turn
+  hits the previous turn's prompt *and* output.
 
 Every full prompt block carries an id (unique blocks too), so the cache's LRU list holds them as
-vLLM's does; memory is one Python int per 16 prompt tokens.
+vLLM's does; memory is one Python int per 16 prompt tokens (prompt + output tokens in sessions).
 """
 
 from __future__ import annotations
@@ -90,29 +93,29 @@ def with_shared_prefix(
 def session_hashes(
     session_ids: list[str | None], input_tokens: IntArray, output_tokens: IntArray
 ) -> tuple[tuple[int, ...], ...]:
-    """Prompt-block hashes (``HASH_BLOCK_TOKENS`` tokens) of requests in arrival order, where
-    requests of one session are its turns (module doc); ``None`` is a request of its own."""
+    """Block hashes (``HASH_BLOCK_TOKENS`` tokens) of each request's prompt + output, in
+    arrival order, where requests of one session are its turns (module doc); ``None`` is a
+    request of its own. The ids past the prompt name the blocks its output fills, which the
+    engine caches as vLLM does and the session's next turn reuses."""
     block = HASH_BLOCK_TOKENS
     _check_size(int((input_tokens + output_tokens).sum()) // block, "session_id")
-    chains: dict[str, list[int]] = {}  # session -> ids of its last turn's prompt + output
+    chains: dict[str, tuple[int, ...]] = {}  # session -> ids of its last turn's prompt + output
     context_tokens: dict[str, int] = {}  # session -> last turn's prompt + output tokens
     next_id = 0
     hashes: list[tuple[int, ...]] = []
     for session, prompt, output in zip(
         session_ids, input_tokens.tolist(), output_tokens.tolist(), strict=True
     ):
-        kept: list[int] = []
+        kept: tuple[int, ...] = ()
         if session is not None and prompt >= context_tokens.get(session, 0):
-            kept = chains.get(session, [])
-        num_prompt_blocks = prompt // block
-        fresh = num_prompt_blocks - len(kept)
-        ids = kept[:num_prompt_blocks] + list(range(next_id, next_id + max(fresh, 0)))
-        next_id += max(fresh, 0)
-        hashes.append(tuple(ids))
+            kept = chains.get(session, ())
+        num_blocks = (prompt + output) // block
+        fresh = num_blocks - len(kept)  # >= 0: the prompt holds the kept context
+        ids = kept + tuple(range(next_id, next_id + fresh))
+        next_id += fresh
+        hashes.append(ids)
         if session is not None:
-            later = (prompt + output) // block - num_prompt_blocks  # blocks holding output
-            chains[session] = ids + list(range(next_id, next_id + later))
-            next_id += later
+            chains[session] = ids
             context_tokens[session] = prompt + output
     return tuple(hashes)
 

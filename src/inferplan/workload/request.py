@@ -25,6 +25,8 @@ class Workload:
     ``class_ids[i]`` indexes ``class_names``. ``priorities`` are integers where lower runs first
     (vLLM's convention). ``prefix_hashes`` (optional) holds, per request, the ids of its prompt's
     ``prefix_block_tokens``-token blocks (Mooncake's ``hash_ids``): equal ids mean reusable KV.
+    With ``prefix_hashes_cover_output`` (session traces) they go on past the prompt and name the
+    full blocks of its prompt + output (the next turn of the conversation reuses them).
     """
 
     arrival_s: FloatArray
@@ -37,6 +39,7 @@ class Workload:
     prefix_block_tokens: int | None = None
     source: str = "synthetic"
     notes: tuple[str, ...] = field(default=())
+    prefix_hashes_cover_output: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)

@@ -287,7 +287,8 @@ class _Columns:
         input_tokens = np.asarray(self.input_tokens, dtype=np.int64)[order]
         output_tokens = np.asarray(self.output_tokens, dtype=np.int64)[order]
         block_tokens = self.fmt.prefix_block_tokens
-        if any(s is not None for s in self.session_ids):
+        has_sessions = any(s is not None for s in self.session_ids)
+        if has_sessions:
             sessions = [self.session_ids[i] for i in order]
             hashes = session_hashes(sessions, input_tokens, output_tokens)
             block_tokens = HASH_BLOCK_TOKENS
@@ -303,4 +304,5 @@ class _Columns:
             prefix_block_tokens=block_tokens if hashes is not None else None,
             source=self.path.name,
             notes=(f"format {self.fmt.name}", *notes),
+            prefix_hashes_cover_output=has_sessions,
         )
