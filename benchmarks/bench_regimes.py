@@ -9,7 +9,7 @@ which a machine shared with other jobs inflates less than wall time:
 - ``near``: 100,000 ``reasoning`` requests (outputs: 45 % above 5,000 tokens, mean ~5,400, cap
   32k) on Llama-3.1-8B, one H200, Poisson at 0.65 req/s: just below the replica's capacity.
   Capacity measured as requests served per simulated second when arrivals outrun it: the
-  100,000 requests at 1 req/s end at 140,054 s, 0.71 req/s (2026-12-01, main 30a95d6); at
+  100,000 requests at 1 req/s (``above``) end at 143,773 s, 0.70 req/s (2026-12-01); at
   0.65 req/s 10,000 requests see no preemption and are served at the arrival rate.
 - ``above``: the same at 1 req/s (1.4x capacity; this was ``near`` before the capacity was
   measured): the KV pool stays full and recompute preemption cycles (admit, decode until the
