@@ -236,3 +236,22 @@ def test_long_stretch_matches_vectorised_reference() -> None:
     np.testing.assert_array_equal(histogram.counts, expected)
     assert histogram.mean() == pytest.approx(float(np.mean(terms_s)), rel=1e-12)
     assert histogram.std() == pytest.approx(float(np.std(terms_s)), rel=1e-9)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    durations=st.lists(st.floats(1e-5, 10.0), min_size=1, max_size=40),
+    weight=st.sampled_from([1.0, 3.0, 117.0]),
+)
+def test_weighted_add_many_equals_adds(durations: list[float], weight: float) -> None:
+    """``add_many(d, w)`` (a batch's steps, every row one sample each) == ``add(d_i, w)`` each."""
+    one_by_one, batched = ItlHistogram(), ItlHistogram()
+    for d in durations:
+        one_by_one.add(d, weight)
+    batched.add_many(np.array(durations), weight)
+    np.testing.assert_array_equal(batched.counts, one_by_one.counts)
+    assert batched.total_weight == one_by_one.total_weight
+    assert batched.sum_s == pytest.approx(one_by_one.sum_s, rel=1e-12)
+    assert batched.mean() == pytest.approx(one_by_one.mean(), rel=1e-12)
+    assert batched.std() == pytest.approx(one_by_one.std(), rel=1e-6, abs=1e-12)
+    assert (batched.min_s, batched.max_s) == (one_by_one.min_s, one_by_one.max_s)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplan.perf.batch import StepBatch
 from inferplan.perf.roofline import RooflineModel
-from perf.perf_helpers import assert_line_matches, decode_step_s, roofline
+from perf.perf_helpers import LINE_RTOL, assert_line_matches, decode_step_s, probe_points, roofline
 
 CONFIGS: dict[str, Callable[[], RooflineModel]] = {
     "dense": lambda: roofline("Llama-3.1-8B"),
@@ -90,3 +92,33 @@ def test_pipeline_line_matches_over_a_long_stretch() -> None:
     for num_seqs in (1, 2, 5, 200):
         assert_line_matches(model, num_seqs, num_seqs * 1)
         assert_line_matches(model, num_seqs, num_seqs * 100_000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    config=st.sampled_from(sorted(CONFIGS)),
+    num_seqs=st.integers(1, 600),
+    context_per_seq=st.integers(1, 40_000),
+    chunk=st.integers(2, 8192),
+    chunk_context=st.integers(0, 60_000),
+)
+def test_batch_line_equals_step_time_with_a_prefill_chunk(
+    config: str, num_seqs: int, context_per_seq: int, chunk: int, chunk_context: int
+) -> None:
+    """``batch_line``: decoders beside one prefill chunk (the doomed re-admissions of
+    ``engine/thrash.py``) cost ``a + b*C'`` on ``[C, limit)``, as ``step_time`` says."""
+    model = _model(config)
+    context = num_seqs * context_per_seq
+    base = StepBatch(
+        prefill_tokens=chunk,
+        prefill_attention_pairs=float(chunk * chunk_context + chunk * (chunk + 1) / 2),
+        prefill_context_tokens=chunk_context,
+        num_prefill_seqs=1,
+        num_decode_seqs=num_seqs,
+        decode_context_tokens=context,
+    )
+    a, b, limit = model.batch_line(base)
+    assert limit > context
+    for point in probe_points(context, limit, num_seqs):
+        step_s = model.step_time(replace(base, decode_context_tokens=point)).total_s
+        assert a + b * point == pytest.approx(step_s, rel=LINE_RTOL)

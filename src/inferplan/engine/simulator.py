@@ -32,6 +32,7 @@ from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
+from inferplan.engine.thrash import doomed_cycles
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
 from inferplan.memory.prefixcache import PrefixCache
@@ -294,6 +295,8 @@ class Simulation:
             self._step_or_wait(replica, next_arrival_s)
             return
         if self.cfg.exact or not stretches.can_stretch():
+            if not self.cfg.exact and self._doomed_cycles(replica, next_arrival_s):
+                return
             self._step_or_wait(replica, next_arrival_s)
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
@@ -326,6 +329,15 @@ class Simulation:
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
+
+    def _doomed_cycles(self, replica: Replica, next_arrival_s: float) -> bool:
+        """Fast mode: a full pool's doomed re-admissions of a long queue head, whole cycles at
+        once (``engine/thrash.py``), up to the replica's next arrival."""
+        if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
+            return False  # another replica's finish may release a held request
+        if self.own_arrivals is not None:
+            next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
+        return doomed_cycles(replica, next_arrival_s)
 
     def _step_or_wait(self, replica: Replica, next_arrival_s: float) -> None:
         """One step; with KV tiers, a replica that ran nothing waits for its next transfer

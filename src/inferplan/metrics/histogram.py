@@ -218,20 +218,22 @@ class ItlHistogram:
         self._add_to_sum(series_mean_s * (n * weight))
         self._combine(n * weight, series_mean_s, series_m2_s2)
 
-    def add_many(self, durations_s: npt.NDArray[np.float64]) -> None:
-        """Record one sample of each duration (vectorised; bins as ``add`` would pick them)."""
+    def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
+        """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
+        them)."""
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
             return
         if not np.all(values >= 0.0):
             raise ValueError("ITL durations must be >= 0")
         bins = np.searchsorted(self.grid.edges, values, side="right")
-        self.counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64)
+        self.counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
-        self._add_to_sum(math.fsum(values.tolist()))
+        self._add_to_sum(math.fsum(values.tolist()) * weight)
         mean_s = float(values.mean())
-        self._combine(float(values.size), mean_s, float(((values - mean_s) ** 2).sum()))
+        m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
+        self._combine(float(values.size) * weight, mean_s, m2_s2)
 
     def merge(self, other: ItlHistogram) -> None:
         """Fold ``other`` into this histogram (e.g. per-replica histograms into a cluster one)."""

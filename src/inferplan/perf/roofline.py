@@ -123,8 +123,17 @@ class RooflineModel:
         self._lines[num_seqs] = (a, b, lower, limit)
         return a, b, limit
 
+    def batch_line(self, batch: StepBatch) -> tuple[float, float, float]:
+        """``decode_line`` of any step (prefill chunks' operators do not depend on the decode
+        context ``C``): ``a + b*C`` for ``batch.decode_context_tokens <= C < limit``."""
+        a, b, _, limit = self._line(batch)
+        return a, b, limit
+
     def _decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float, float]:
-        batch = StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens)
+        return self._line(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens))
+
+    def _line(self, batch: StepBatch) -> tuple[float, float, float, float]:
+        num_seqs, context_tokens = batch.num_decode_seqs, batch.decode_context_tokens
         ops, fixed = self._ops(batch)
         factor = self._pipeline_factor(batch)
         m = self._microbatches(batch)

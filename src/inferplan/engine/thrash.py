@@ -1,0 +1,198 @@
+"""Doomed re-admissions in closed form: the cycle a full KV pool puts a long queue head through.
+
+vLLM v1 admits the queue head on its first chunk's blocks only (``Scheduler.head_chunk``), and
+when a running request's next chunk does not fit, its running pass preempts the last admitted
+request (``vllm/v1/core/sched/scheduler.py``). With the pool nearly full of decoding requests
+and a queue head longer than one chunk whose KV cannot fit (a preempted request recomputing tens
+of thousands of tokens, or a long prompt), each cycle goes: admit the head's first chunk, run
+more chunks while their blocks fit, and at the first chunk that does not fit preempt the head
+itself (it is the last admitted) and put it back at the queue's head; the decoding requests
+gain one token per step. The cycle repeats until a decoder finishes, the decoders' growth
+leaves room for fewer chunks, or a request arrives: thousands of steps per finish when a
+long-output workload runs above capacity (``long10x`` in ``benchmarks/bench_regimes.py``).
+
+``doomed_cycles`` runs whole cycles as scalar arithmetic instead of scheduler passes: every
+chunk that runs is ``budget - n`` tokens (a chunk that would complete the head never runs in a
+cycle); the decoders' blocks grow at the steps where a row crosses a block boundary, counted
+from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
+step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
+what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
+and the head's preemption counts are written once at the end. It applies only where the exact
+path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute preemption, a uniform pool
+without prefix caching, KV tiers or admission policies, and a roofline step-time model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.schedulers import Scheduler
+from inferplan.perf.batch import StepBatch
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import Replica
+
+
+def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
+    """Run the doomed-head cycles the replica is in, each whole, all of them starting before
+    the next arrival is seen (a step starting within ``same_time_s`` of it sees it) and ending
+    before any decoder finishes. False, having done nothing, if not one cycle can run."""
+    if not _applies(replica):
+        return False
+    from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
+
+    cycles = _Cycles(replica)
+    while cycles.next_cycle(next_arrival_s, same_time_s):
+        pass
+    if cycles.num_steps == 0:
+        return False
+    cycles.commit()
+    return True
+
+
+def _applies(r: Replica) -> bool:
+    """vLLM v1's scheduler in a state whose next steps can only be doomed-head cycles: every
+    running row a pure decode that emitted at ``now``, an FCFS queue whose head needs more than
+    one chunk and fits beside them in ``max_num_seqs``, nothing else in the way."""
+    sched, run, pool, cfg = r.scheduler, r.running, r.pool, r.cfg
+    if type(sched) is not Scheduler or sched.admission is not None or r.offload is not None:
+        return False
+    if cfg.preemption_mode != "recompute" or pool.cache is not None or not pool.is_uniform:
+        return False
+    if r.swapped or not len(r.waiting) or r.waiting.policy != "fcfs":
+        return False
+    n = len(run)
+    if n == 0 or n + 1 > cfg.max_num_seqs or cfg.max_num_batched_tokens - n < 2:
+        return False
+    if not getattr(r.model, "batch_line", None):
+        return False  # a measured operator table has no line for mixed steps
+    _, tokens = r.waiting.peek()
+    if tokens <= cfg.max_num_batched_tokens - n or not r.is_decoding():
+        return False
+    return bool(run.last_token_s.min() == r.now) and bool(run.last_token_s.max() == r.now)
+
+
+class _Cycles:
+    """The cycles' state as scalars: steps taken ``s``, the decoders' blocks ``held`` after
+    them, the clock, and the head's tallies."""
+
+    def __init__(self, r: Replica) -> None:
+        run, cfg = r.running, r.cfg
+        self.r, self.n, self.block = r, len(run), cfg.block_size
+        self.head, self.tokens = r.waiting.peek()
+        self.chunk = cfg.max_num_batched_tokens - self.n
+        self.held = int(run.held_blocks.sum())
+        self.usable = r.pool.free + self.held  # the decoders' blocks and the free pool
+        # Rows by offset in their last block: the row crosses into a new block at step ``s``
+        # when ``(computed + s) % block == 0``.
+        self.by_offset = np.bincount(run.num_computed % self.block, minlength=self.block).tolist()
+        self.context = int(run.num_computed.sum()) + self.n  # decode context at step 0
+        self.steps_left = int((run.target - run.num_generated).min())  # to the first finish
+        self.now, self.num_steps = r.now, 0
+        self.durations: list[float] = []  # every step's time, in order
+        self.num_cycles, self.recomputed = 0, 0
+        self.lines: dict[int, tuple[float, float, float]] = {}
+
+    def _crossings(self, s: int) -> int:
+        return self.by_offset[-s % self.block]
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _plan(self) -> list[int] | None:
+        """The next cycle's head blocks per step (the last step, its preemption, 0), or None
+        where the exact path would do something else: the decoders cannot all grow (a decode
+        preemption), the head cannot join or would complete, or a decoder would finish."""
+        s, held, usable = self.num_steps, self.held, self.usable
+        held += self._crossings(s)
+        if held > usable or self._blocks(self.chunk) > usable - held:
+            return None  # a decode preemption, or the head cannot join: not a cycle
+        plan = [self._blocks(self.chunk)]
+        while True:
+            held += self._crossings(s + len(plan))
+            computed = (len(plan) + 1) * self.chunk
+            need = self._blocks(min(computed, self.tokens))
+            if held + need > usable:
+                break  # the head's chunk (or a decoder, the head being last) does not fit
+            if computed >= self.tokens:
+                return None  # the head's last chunk fits: it completes
+            plan.append(need)
+        if held > usable or s + len(plan) + 1 >= self.steps_left:
+            return None  # more victims than the head, or a decoder finishes
+        return [*plan, 0]
+
+    def _step_s(self, j: int, context: int) -> float:
+        """Step time with the head's chunk ``j`` (0: none) beside the decoders at ``context``."""
+        if j == 0:
+            a, b, _ = self.r.model.decode_line(self.n, context)
+            return a + b * context
+        line = self.lines.get(j)
+        if line is None or context >= line[2]:
+            q, o = self.chunk, (j - 1) * self.chunk
+            batch = StepBatch(
+                prefill_tokens=q,
+                prefill_attention_pairs=float(q * o + q * (q + 1) / 2),
+                prefill_context_tokens=o,
+                num_prefill_seqs=1,
+                num_decode_seqs=self.n,
+                decode_context_tokens=context,
+            )
+            line = self.lines[j] = self.r.model.batch_line(batch)  # type: ignore[attr-defined]
+        return line[0] + line[1] * context
+
+    def next_cycle(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:
+        """Take the next cycle if it is one and its last step (so every step) starts before
+        the simulation loop would take the arrival (``same_time_s``: the loop's tie rule)."""
+        plan = self._plan()
+        if plan is None:
+            return False
+        s, now, durations = self.num_steps, self.now, []
+        for i in range(len(plan)):
+            chunk = 0 if i == len(plan) - 1 else i + 1
+            durations.append(self._step_s(chunk, self.context + self.n * (s + i)))
+            if i < len(plan) - 1:
+                now += durations[-1]
+        if next_arrival_s <= now + same_time_s(now):
+            return False
+        self._record(plan, durations)
+        return True
+
+    def _record(self, plan: list[int], durations: list[float]) -> None:
+        """What the exact path's steps record, one step at a time: the KV trace (blocks in use
+        once the step's blocks are allocated) and the clock; ITL samples at ``commit``."""
+        r = self.r
+        if self.num_cycles == 0 and math.isnan(r.records.first_scheduled_s[self.head]):
+            r.records.first_scheduled_s[self.head] = self.now
+        outside = r.cfg.num_blocks - self.usable  # blocks neither the decoders nor free hold
+        trace = r.trace
+        for head_blocks, step_s in zip(plan, durations, strict=True):
+            self.held += self._crossings(self.num_steps)
+            trace.record(self.now, outside + self.held + head_blocks)
+            self.now += step_s
+            self.num_steps += 1
+        self.durations += durations
+        self.num_cycles += 1
+        self.recomputed += (len(plan) - 1) * self.chunk
+
+    def commit(self) -> None:
+        """Write the cycles into the replica: decoders' columns, the pool, the head's counts."""
+        r, k = self.r, self.num_steps
+        run, rec = r.running, r.records
+        computed, held = run.num_computed, run.held_blocks
+        computed += k
+        run.num_generated += k
+        run.num_tokens += k
+        np.floor_divide(computed + (self.block - 1), self.block, out=held)
+        r.pool.free = self.usable - self.held
+        run.last_token_s[:] = self.now
+        ids = run.ids
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], max(self.durations))
+        r.itl.add_many(np.array(self.durations), float(self.n))  # every decoder, every step
+        rec.num_preemptions[self.head] += self.num_cycles
+        rec.recomputed_tokens[self.head] += self.recomputed
+        r.now = self.now
+        r.num_steps += k
