@@ -45,11 +45,13 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "attention_memory": (0.2, 1.0),
     "collective_bandwidth": (0.1, 1.0),
     "collective_latency_s": (0.0, 3e-5),
+    "dequant_gemm": (0.1, 1.0),
 }
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
     "per_seq_overhead_s": (0.0, 5e-5),
     "layer_overhead_s": (0.0, 1e-4),
+    "host_overlap": (0.0, 1.0),
 }
 DATA = Path("src/inferplan/perf/data/efficiency")
 COSTS_FILE = Path("src/inferplan/plan/data/published_cpu_costs.yaml")
@@ -246,6 +248,7 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
         "step_overhead_s": prior.step_overhead_s,
         "per_seq_overhead_s": prior.per_seq_overhead_s,
         "layer_overhead_s": 0.0,
+        "host_overlap": 0.0,
     }
     return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
 

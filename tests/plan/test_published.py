@@ -83,13 +83,36 @@ def test_steady_state_counts_waves_of_prefill_and_decode_steps() -> None:
 
 def test_steady_state_batch_is_bounded_by_kv_blocks_for_the_whole_request() -> None:
     """TensorRT-LLM reserves ISL + OSL: 110 tokens = 4 blocks of 32, so 13 blocks hold 3
-    requests: a wave is 1 prefill step + 9 decode steps, 40/3 waves."""
+    requests: a wave is 1 prefill step + 9 decode steps; 13 waves of 3 and one of 1."""
     plan = replace(_plan(8, 400), num_blocks=13)
     out, _ = steady_state_throughput(plan, _OneSecondSteps(), 100, 10, 40) or (0, 0)
-    assert out == pytest.approx(400 / (10 * 40 / 3))
+    assert out == pytest.approx(400 / (10 * 14))
     assert (
         steady_state_throughput(replace(plan, num_blocks=3), _OneSecondSteps(), 100, 10, 4) is None
     )
+
+
+class _BatchSteps:
+    """A step takes 1 s plus 0.1 s per sequence in it (prefill or decode)."""
+
+    def step_time(self, batch: StepBatch) -> StepTime:
+        seconds = 1.0 + 0.1 * (batch.num_decode_seqs + batch.num_prefill_seqs)
+        return StepTime(seconds, {"compute": seconds})
+
+    def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+        return 1.0 + 0.1 * num_seqs, 0.0, float("inf")
+
+
+def test_steady_state_runs_the_remainder_as_a_smaller_wave_that_pays_every_step() -> None:
+    """10 requests, 8 at a time, ISL 100 / OSL 3, 8 prompts per step: a wave of 8 is 1 prefill
+    step (1.8 s) + 2 decode steps (1.8 s each), 5.4 s; the last 2 requests make a wave of their
+    own, 1 + 2 steps of 1.2 s: 3.6 s, not the 2/8 of a full wave (1.35 s) a fractional count
+    of waves would give."""
+    out, req = steady_state_throughput(_plan(8, 800), _BatchSteps(), 100, 3, 10) or (0, 0)
+    assert req == pytest.approx(10 / (5.4 + 3.6))
+    assert out == pytest.approx(30 / 9.0)
+    full, _ = steady_state_throughput(_plan(8, 800), _BatchSteps(), 100, 3, 16) or (0, 0)
+    assert full == pytest.approx(48 / (2 * 5.4))  # whole waves: no remainder
 
 
 def test_validate_rows_keeps_every_row_and_groups_runs() -> None:

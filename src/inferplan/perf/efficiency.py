@@ -49,6 +49,8 @@ class _EfficiencyFile(BaseModel):
     eager_layer_overhead_s: float = Field(ge=0, le=MAX_OVERHEAD_S)
     elementwise_passes: float = Field(ge=0, le=1000)
     layer_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
+    dequant_gemm: float = Field(default=1.0, gt=0, le=1)
+    host_overlap: float = Field(default=0.0, ge=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,12 @@ class Efficiency:
     # however little it does (launch, synchronisation, tail), which the roofline of tiny
     # decode GEMMs and collectives does not see.
     layer_overhead_s: float = 0.0
+    # Of gemm_compute, for GEMMs whose weights are in a format the part has no tensor cores
+    # for (MXFP4 on Hopper): the kernel dequantises each tile to BF16 before the MMA.
+    dequant_gemm: float = 1.0
+    # Share of the host's per-step and per-sequence costs that runs while the GPU computes
+    # (an overlap scheduler), hidden as far as the GPU's work lasts (perf/overlap.py).
+    host_overlap: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

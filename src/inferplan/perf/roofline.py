@@ -31,6 +31,7 @@ from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, rank_table
 from inferplan.perf.op import Op
+from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
@@ -157,7 +158,9 @@ class RooflineModel:
         a += sum(fixed.values()) * factor + self._pipeline_sends(batch)
         b /= m
         window_lower, window_limit = self._window_range(num_seqs, context_tokens)
-        return a, b, max(lower, window_lower), min(limit, window_limit)
+        line = (a, b, max(lower, window_lower), min(limit, window_limit))
+        hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)
+        return overlapped_line(line, fixed["overhead"] * factor, hideable, context_tokens)
 
     # ---- operators --------------------------------------------------------------------------
 
@@ -194,8 +197,13 @@ class RooflineModel:
                     lower = max(lower, point)
         return lower, limit
 
+    def _gemm_fraction(self, fmt: NumberFormat) -> float:
+        """Large-GEMM fraction of peak; less where the part lacks tensor cores for ``fmt``."""
+        native = fmt.compute_dtype in self.gpu.peak_flops
+        return self.eff.gemm_compute * (1.0 if native else self.eff.dequant_gemm)
+
     def _gemm_flops_s(self, fmt: NumberFormat, rows: float) -> float:
-        efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
+        efficiency = self._gemm_fraction(fmt) * rows / (rows + self.eff.gemm_half_tokens)
         return self.gpu.peak(fmt.compute_dtype) * max(efficiency, 1e-3)
 
     def _gemm(
@@ -436,7 +444,7 @@ class RooflineModel:
         touched = table.touched(tokens)
         assignments = tokens * ffn.num_experts_per_tok * table.assignment_share
         rows = assignments / np.maximum(touched, 1e-9)
-        efficiency = self.eff.gemm_compute * rows / (rows + self.eff.gemm_half_tokens)
+        efficiency = self._gemm_fraction(fmt) * rows / (rows + self.eff.gemm_half_tokens)
         act = assignments * ACT_BYTES * (self.spec.hidden_size + one / self.spec.hidden_size)
         return {
             "flops": 2 * assignments * one,
@@ -469,9 +477,7 @@ class RooflineModel:
     def _overhead(self, batch: StepBatch) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
-        seqs = (batch.num_decode_seqs + batch.num_prefill_seqs) / dpa
-        overhead = self.eff.step_overhead_s + self.eff.per_seq_overhead_s * seqs
-        overhead += self.eff.layer_overhead_s * self.stage_layers
+        overhead = host_s(self.eff, batch, dpa) + self.eff.layer_overhead_s * self.stage_layers
         _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
@@ -495,6 +501,9 @@ class RooflineModel:
                 bounds["memory"] += memory * times
             by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * times
         bounds["communication"] = fixed["communication"] * factor + self._pipeline_sends(batch)
-        bounds["overhead"] = fixed["overhead"] * factor
+        gpu_s = bounds["compute"] + bounds["memory"] + bounds["communication"]
+        host = host_s(self.eff, batch, self.par.attention_dp)
+        hidden = hidden_host_s(host, self.eff.host_overlap, gpu_s)
+        bounds["overhead"] = fixed["overhead"] * factor - hidden
         total = sum(bounds.values())
         return StepTime(total, bounds, by_op)

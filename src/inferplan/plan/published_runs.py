@@ -233,18 +233,11 @@ def _prefill_batch(num: int, tokens: int, decodes: int, context: int) -> StepBat
     )
 
 
-def steady_state_throughput(
-    plan: MemoryPlan, step: StepTimeModel, isl: int, osl: int, num_requests: int
-) -> tuple[float, float] | None:
-    """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits."""
-    cfg = plan.config
-    blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
-    batch = min(cfg.max_num_seqs, num_requests, plan.num_blocks // blocks_per_request)
-    if batch < 1:
-        return None
-    per_step = max(1, min(batch, cfg.max_num_batched_tokens // max(isl, 1)))
+def _wave_s(step: StepTimeModel, batch: int, per_step: int, isl: int, osl: int) -> float:
+    """One wave of ``batch`` requests: its prefill steps, then ``osl - 1`` decode steps."""
     # Full prefill steps carry 0, k, 2k, ... decodes: their times are close to affine in that
     # count, so the midpoint step times their number (exact for an affine step time).
+    per_step = min(per_step, batch)
     full, rest = divmod(batch, per_step)
     wave_s = 0.0
     if full:
@@ -255,7 +248,27 @@ def steady_state_throughput(
     if osl > 1:
         decode = StepBatch(num_decode_seqs=batch, decode_context_tokens=batch * (isl + osl // 2))
         wave_s += (osl - 1) * step.step_time(decode).total_s
-    total_s = wave_s * num_requests / batch
+    return wave_s
+
+
+def steady_state_throughput(
+    plan: MemoryPlan, step: StepTimeModel, isl: int, osl: int, num_requests: int
+) -> tuple[float, float] | None:
+    """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits.
+
+    ``num_requests`` run in waves of ``B`` (every slot serves its requests one after another);
+    the last ``num_requests mod B`` make a smaller wave of their own, which still pays every
+    step's fixed costs (weights read, host overheads) for ``osl`` steps."""
+    cfg = plan.config
+    blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
+    batch = min(cfg.max_num_seqs, num_requests, plan.num_blocks // blocks_per_request)
+    if batch < 1:
+        return None
+    per_step = max(1, min(batch, cfg.max_num_batched_tokens // max(isl, 1)))
+    waves, last = divmod(num_requests, batch)
+    total_s = waves * _wave_s(step, batch, per_step, isl, osl)
+    if last:
+        total_s += _wave_s(step, last, per_step, isl, osl)
     return num_requests * osl / total_s, num_requests / total_s
 
 
