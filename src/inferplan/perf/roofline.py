@@ -197,13 +197,14 @@ class RooflineModel:
                     lower = max(lower, point)
         return lower, limit
 
-    def _gemm_fraction(self, fmt: NumberFormat) -> float:
-        """Large-GEMM fraction of peak; less where the part lacks tensor cores for ``fmt``."""
-        native = fmt.compute_dtype in self.gpu.peak_flops
-        return self.eff.gemm_compute * (1.0 if native else self.eff.dequant_gemm)
+    def _per_row(self, fmt: NumberFormat) -> float:
+        """GEMM time per row against a native GEMM's: formats without tensor cores on the part
+        pay ``1 / dequant_gemm`` on the per-row (MMA) part only, not on the small-batch ramp."""
+        return 1.0 if fmt.compute_dtype in self.gpu.peak_flops else 1 / self.eff.dequant_gemm
 
     def _gemm_flops_s(self, fmt: NumberFormat, rows: float) -> float:
-        efficiency = self._gemm_fraction(fmt) * rows / (rows + self.eff.gemm_half_tokens)
+        per_row = self._per_row(fmt)
+        efficiency = self.eff.gemm_compute * rows / (rows * per_row + self.eff.gemm_half_tokens)
         return self.gpu.peak(fmt.compute_dtype) * max(efficiency, 1e-3)
 
     def _gemm(
@@ -444,7 +445,8 @@ class RooflineModel:
         touched = table.touched(tokens)
         assignments = tokens * ffn.num_experts_per_tok * table.assignment_share
         rows = assignments / np.maximum(touched, 1e-9)
-        efficiency = self._gemm_fraction(fmt) * rows / (rows + self.eff.gemm_half_tokens)
+        per_row = self._per_row(fmt)
+        efficiency = self.eff.gemm_compute * rows / (rows * per_row + self.eff.gemm_half_tokens)
         act = assignments * ACT_BYTES * (self.spec.hidden_size + one / self.spec.hidden_size)
         return {
             "flops": 2 * assignments * one,
