@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.batch import StepBatch, StepTime, chunk_attention_pairs
 from inferplan.perf.cudagraph import CudaGraphs
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.step_seconds import StepSeconds
@@ -75,3 +75,22 @@ def test_a_new_set_of_cuda_graphs_is_seen() -> None:
     after = seconds(batch)
     assert after == fresh.step_time(batch).total_s
     assert after > before
+
+
+def test_other_models_are_asked_every_step() -> None:
+    """A model that is not the roofline (a measured table) gets no plan: it is asked."""
+    inner = roofline("Llama-3.1-8B", "h200")
+    asked: list[StepBatch] = []
+
+    class Counting:
+        def step_time(self, batch: StepBatch) -> StepTime:
+            asked.append(batch)
+            return inner.step_time(batch)
+
+        def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+            return inner.decode_line(num_seqs, context_tokens)
+
+    seconds = StepSeconds(Counting())
+    batch = _batch([(512, 0)], 7, 900)
+    assert seconds(batch) == seconds(batch) == inner.step_time(batch).total_s
+    assert asked == [batch, batch]
