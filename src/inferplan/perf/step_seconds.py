@@ -6,9 +6,10 @@ plus a new prompt chunk) with the step-time model. The roofline's operators
 (``perf/roofline.py`` ``_ops``) depend on the batch's shape (prefill tokens, attention pairs,
 cached tokens, chunk and decode counts) and, through its affine terms, on the decode context;
 only a sliding window's saturation (``context >= seqs x window``) lets the context change the
-operators themselves. So each shape is compiled once into a ``_Plan``: the terms of the
-operators whose time does not depend on the context (each already multiplied by its pipeline
-passes), the affine coefficients of those that do, the communication and overhead seconds.
+operators themselves, so models with sliding windows are asked every step. Otherwise each
+shape is compiled once into a ``_Plan``: the terms of the operators whose time does not depend
+on the context (each already multiplied by its pipeline passes), the affine coefficients of
+those that do, the communication and overhead seconds.
 Evaluating a plan repeats ``RooflineModel._evaluate``'s floating-point operations in the same
 order (the compute and memory sums operator by operator, then compute + memory +
 communication + overhead), so the seconds are the same float; ``tests/perf/test_step_seconds.py``
@@ -24,7 +25,7 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 
-PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~1 KB)
+PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~2 KB)
 
 # One operator of a plan, nine fields. Constant: (False, seconds x passes, is_compute, 0...);
 # affine: (True, f0, f1, flops_s, b0, b1, bytes_s, count, passes), the count and the passes
@@ -46,13 +47,15 @@ class StepSeconds:
 
     def __init__(self, model: StepTimeModel) -> None:
         self.model = model
-        self.roofline = model if type(model) is RooflineModel else None
+        # Plans for the roofline only, and only where the context cannot change the operators:
+        # a sliding window that saturates (``context >= seqs x window``) swaps its attention
+        # operator, so windowed models are asked every step, as before.
+        roofline = model if type(model) is RooflineModel else None
+        if roofline is not None and any(g.attention.window_tokens for g in roofline.groups):
+            roofline = None
+        self.roofline = roofline
         self._plans: dict[tuple[float, ...], _Plan] = {}
         self._graphs: object = None
-        # A sliding window's saturation depends on the context: such plans key on it too.
-        self._windowed = self.roofline is not None and any(
-            g.attention.window_tokens for g in self.roofline.groups
-        )
 
     def __call__(self, batch: StepBatch) -> float:
         return self.seconds(
@@ -85,7 +88,7 @@ class StepSeconds:
         if roofline is not None and roofline.graphs is not self._graphs:
             self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
             self._graphs = roofline.graphs
-        plan = self._plans.get(key if not self._windowed else (*key, decode_context_tokens))
+        plan = self._plans.get(key)
         if plan is None:
             batch = StepBatch(
                 prefill_tokens,
@@ -140,12 +143,13 @@ class StepSeconds:
             fixed["communication"] * factor + model._pipeline_sends(batch),
             fixed["overhead"] * factor,
         )
-        key: tuple[float, ...] = (
-            batch.prefill_tokens,
-            batch.prefill_attention_pairs,
-            batch.prefill_context_tokens,
-            batch.num_prefill_seqs,
-            batch.num_decode_seqs,
-        )
-        self._plans[key if not self._windowed else (*key, batch.decode_context_tokens)] = plan
+        self._plans[
+            (
+                batch.prefill_tokens,
+                batch.prefill_attention_pairs,
+                batch.prefill_context_tokens,
+                batch.num_prefill_seqs,
+                batch.num_decode_seqs,
+            )
+        ] = plan
         return plan
