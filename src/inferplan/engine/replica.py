@@ -37,7 +37,12 @@ from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.step_seconds import StepSeconds
 from inferplan.workload.request import Workload
+
+# Reductions of the per-step paths as the ufuncs' own: ``ndarray.sum()`` and friends go through
+# a Python wrapper each call, which costs more than the work on a batch of a few hundred rows.
+_sum, _all, _any = np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class Replica:
         prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.index, self.cfg, self.model = index, cfg, model
+        self.step_s = StepSeconds(model)  # the model's step seconds, plans cached per shape
         self.records, self.prompt_tokens = records, prompt_tokens
         self.waiting, self.itl, self.trace = waiting, itl, trace
         self.target_tokens = records.requested_tokens
@@ -204,7 +210,7 @@ class Replica:
             return False
         computed = run.num_computed
         crossing = self.pool.crossing_cost(computed)
-        new_blocks = int(crossing.sum())
+        new_blocks = int(_sum(crossing))
         if new_blocks > self.pool.free:
             return False
         admission = self.scheduler.admission  # reservations: the unreserved blocks must last too
@@ -212,7 +218,7 @@ class Replica:
             return False
         self.pool.free -= new_blocks
         run.held_blocks += crossing
-        decode_context = int(computed.sum()) + n
+        decode_context = int(_sum(computed)) + n
         chunks: list[int] = []
         self.scheduler.admit_waiting(cfg.max_num_batched_tokens - n, chunks, self.now)
         self._decoding = None
@@ -223,23 +229,22 @@ class Replica:
         hits = run.num_computed[n:].tolist()
         pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
         decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
-        batch = StepBatch(
-            prefill_tokens=sum(q for q, _ in pre),
-            prefill_attention_pairs=float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
-            prefill_context_tokens=sum(o for _, o in pre),
-            num_prefill_seqs=len(pre),
-            num_decode_seqs=n + len(chunks) - len(pre),
-            decode_context_tokens=decode_context,
+        duration = self.step_s.seconds(
+            sum(q for q, _ in pre),
+            float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
+            sum(o for _, o in pre),
+            len(pre),
+            n + len(chunks) - len(pre),
+            decode_context,
         )
-        duration = self.model.step_time(batch).total_s
         self.trace.record(self.now, self.used_blocks)
         self.now += duration
         self.num_steps += 1
         computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
         computed[:n] += 1
         computed[n:] += np.asarray(chunks, dtype=np.int64)
-        if np.array_equal(computed[n:], tokens[n:]):  # whole prompts: all emit
-            if not run.num_generated[n:].any():  # and all are first tokens
+        if _all(computed[n:] == tokens[n:]):  # whole prompts: all emit
+            if not _any(run.num_generated[n:]):  # and all are first tokens
                 self._emit_decodes_and_firsts(n, duration)
                 self._decoding = True  # every row has sampled and needs one token
             else:
@@ -256,8 +261,9 @@ class Replica:
         if n:
             last = last_token[:n]
             same = last == now - duration
-            if same.all():  # _record_gaps with every gap one step long
-                rec.max_itl_s[ids[:n]] = np.fmax(rec.max_itl_s[ids[:n]], duration)
+            if _all(same):  # _record_gaps with every gap one step long
+                decoding = ids[:n]
+                rec.max_itl_s[decoding] = np.fmax(rec.max_itl_s[decoding], duration)
                 self.itl.add(duration, float(n))
             else:
                 self._record_gaps(ids[:n], np.where(same, duration, now - last), same, duration)
@@ -267,7 +273,7 @@ class Replica:
         tokens += 1
         last_token[:] = now
         done = generated >= run.target
-        if done.any():
+        if _any(done):
             self.finish(done.nonzero()[0])
 
     def _run(self, plan: StepDecision) -> None:
@@ -281,7 +287,7 @@ class Replica:
         self.scheduler.note_steps(1, prefill_only=plan.prefill_only)
         batch = self._batch(plan.sched)
         self.count_idle_slots(1)
-        duration = self.model.step_time(batch).total_s + plan.swap_s
+        duration = self.step_s(batch) + plan.swap_s
         if offload is not None:
             duration = offload.step_s(duration, self.pool.free)
         self.trace.record(self.now, self.used_blocks)
@@ -354,7 +360,7 @@ class Replica:
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
         if self.pool.cache is None:
-            self.pool.free += int(run.held_blocks[rows].sum())
+            self.pool.free += int(_sum(run.held_blocks[rows]))
         else:
             held_blocks, computed = run.held_blocks[rows].tolist(), run.num_computed[rows].tolist()
             for rid, held, done in zip(ids.tolist(), held_blocks, computed, strict=True):

@@ -40,6 +40,7 @@ from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.step_seconds import StepSeconds
 from inferplan.workload.request import Workload
 
 
@@ -98,21 +99,8 @@ class Simulation:
     """One run: the replicas, the client, and the clock."""
 
     def __init__(self, workload: Workload, cfg: SimulationConfig, model: StepTimeModel) -> None:
-        if cfg.router not in ROUTERS:
-            raise InferplanError(
-                f"--router: unknown router {cfg.router!r}; valid: {', '.join(ROUTERS)}"
-            )
-        if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
-            raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
-        budget = cfg.scheduler.max_num_batched_tokens
         self.scheduler_kind = SCHEDULERS[cfg.scheduler.scheduler]
-        kind = self.scheduler_kind
-        if kind.whole_prompts and kind.can_preempt and budget < cfg.max_model_len:
-            raise InferplanError(
-                f"--max-num-batched-tokens {budget} is below --max-model-len "
-                f"{cfg.max_model_len}: without chunked prefill (prefill-first, as vLLM V0 "
-                "requires) a preempted request's prompt must fit one step"
-            )
+        self._check_config(cfg)
         self.workload, self.cfg = workload, cfg
         sched = cfg.scheduler
         self.pool = BlockPool(sched.num_blocks, sched.block_size, sched.kv_groups)  # arithmetic
@@ -127,27 +115,59 @@ class Simulation:
             )
         self.itl = ItlHistogram()
         self.ledger = self._admission_ledger(workload)
+        self.replicas = self._build_replicas(workload, model)
+        self.next_request = 0
+        self._arrival_s: list[float] = self.records.dispatch_s.tolist()
+        self.in_flight = 0
+        self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
+        self.num_routed = 0
+        self.num_done = 0
+        # Per replica: its clock while it has work, else inf (``_earliest_busy``); set by
+        # ``run`` and kept by ``_note_clock`` wherever a replica's clock or work changes.
+        self._clocks = [math.inf] * len(self.replicas)
+        self.own_arrivals = self._own_arrivals()
+
+    def _check_config(self, cfg: SimulationConfig) -> None:
+        if cfg.router not in ROUTERS:
+            raise InferplanError(
+                f"--router: unknown router {cfg.router!r}; valid: {', '.join(ROUTERS)}"
+            )
+        if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
+            raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
+        budget = cfg.scheduler.max_num_batched_tokens
+        kind = self.scheduler_kind
+        if kind.whole_prompts and kind.can_preempt and budget < cfg.max_model_len:
+            raise InferplanError(
+                f"--max-num-batched-tokens {budget} is below --max-model-len "
+                f"{cfg.max_model_len}: without chunked prefill (prefill-first, as vLLM V0 "
+                "requires) a preempted request's prompt must fit one step"
+            )
+
+    def _build_replicas(self, workload: Workload, model: StepTimeModel) -> list[Replica]:
+        cfg, sched = self.cfg, self.cfg.scheduler
         predicted = workload.output_tokens
         if self.ledger is not None:
             predicted = self.ledger.predictions.point_tokens
         keys = policy_keys(
             cfg.scheduling_policy, workload.arrival_s, workload.priorities, predicted
         )
-        self.replicas = [
+        replicas = [
             Replica(
                 i,
-                cfg.scheduler,
+                sched,
                 model,
                 self.records,
                 workload.input_tokens,
                 self._waiting_queue(keys),
                 self.itl,
-                StepTrace(cfg.scheduler.num_blocks),
+                StepTrace(sched.num_blocks),
                 prefix_cache_for(sched, workload),
             )
             for i in range(cfg.data_parallel_size)
         ]
-        for replica in self.replicas:
+        step_s = StepSeconds(model)  # one cache of step plans for all replicas (one model)
+        for replica in replicas:
+            replica.step_s = step_s
             replica.vector_steps = not cfg.exact
             if self.ledger is not None and self.ledger.cfg.is_active:
                 scheduler = replica.scheduler
@@ -155,13 +175,7 @@ class Simulation:
                     self.ledger, replica.pool, self.records, replica.on_finish
                 )
                 scheduler.admission.offload = replica.offload
-        self.next_request = 0
-        self._arrival_s: list[float] = self.records.dispatch_s.tolist()
-        self.in_flight = 0
-        self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
-        self.num_routed = 0
-        self.num_done = 0
-        self.own_arrivals = self._own_arrivals()
+        return replicas
 
     def _own_arrivals(self) -> RoutedArrivals | None:
         """Each replica's own arrivals, where routing is known before the run (round robin,
@@ -269,6 +283,7 @@ class Simulation:
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
+        self._note_clock(replica)
 
     def _route(self, rid: int) -> int:
         """The replica for request ``rid``: the router over every replica (class pools route
@@ -313,7 +328,7 @@ class Simulation:
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             # Another replica's finish may release a held request at its clock or later: a
             # stretch must not run past the point where that replica stands.
-            others = [r.now for r in self.replicas if r is not replica and r.has_work]
+            others = [t for i, t in enumerate(self._clocks) if i != replica.index]
             next_arrival_s = min([next_arrival_s, *others])
         # A step starting within rounding of the bound counts as starting at it (it sees it).
         if next_arrival_s < math.inf:
@@ -367,6 +382,8 @@ class Simulation:
         on_progress: Callable[[int], None] | None = None,
         check: Callable[[Replica], None] | None = None,
     ) -> SimulationResult:
+        for queued in self.replicas:  # a caller may have queued requests by hand
+            self._note_clock(queued)
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()
@@ -380,6 +397,7 @@ class Simulation:
                 continue
             steps_before, now_before = replica.num_steps, replica.now
             self._advance(replica, arrival)
+            self._note_clock(replica)
             if (
                 replica.num_steps == steps_before
                 and replica.now == now_before
@@ -404,21 +422,23 @@ class Simulation:
             f"({replica.cfg.max_num_batched_tokens}); lower --max-model-len or add memory"
         )
 
+    def _note_clock(self, replica: Replica) -> None:
+        """Record ``replica``'s clock (inf while it has no work) after its clock or work
+        changed: only the replica that advanced, or that an arrival was routed to, changes."""
+        self._clocks[replica.index] = replica.now if replica.has_work else math.inf
+
     def _earliest_busy(self) -> Replica | None:
         """The replica with work whose clock is earliest (ties to the lowest index)."""
-        if len(self.replicas) == 1:
-            only = self.replicas[0]
-            return only if only.has_work else None
-        busy, earliest = [], math.inf
-        for r in self.replicas:
-            if r.has_work:
-                busy.append(r)
-                earliest = min(earliest, r.now)
-        if not busy:
+        clocks = self._clocks
+        earliest = min(clocks)
+        if earliest == math.inf:
             return None
         # Clocks within rounding of each other are equal: the lowest index goes first.
         bound = earliest + same_time_s(earliest)
-        return next(r for r in busy if r.now <= bound)
+        for index, now in enumerate(clocks):
+            if now <= bound:
+                return self.replicas[index]
+        raise AssertionError("the earliest clock is within its own bound")
 
     def _result(self) -> SimulationResult:
         rec = self.records

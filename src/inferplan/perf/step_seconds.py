@@ -1,0 +1,155 @@
+"""A step's seconds, bit for bit ``model.step_time(batch).total_s``, without rebuilding the
+roofline's operators every step.
+
+The engine times every step that is not a closed-form stretch (an admission step: the decodes
+plus a new prompt chunk) with the step-time model. The roofline's operators
+(``perf/roofline.py`` ``_ops``) depend on the batch's shape (prefill tokens, attention pairs,
+cached tokens, chunk and decode counts) and, through its affine terms, on the decode context;
+only a sliding window's saturation (``context >= seqs x window``) lets the context change the
+operators themselves, so models with sliding windows are asked every step. Otherwise each
+shape is compiled once into a ``_Plan``: the terms of the operators whose time does not depend
+on the context (each already multiplied by its pipeline passes), the affine coefficients of
+those that do, the communication and overhead seconds.
+Evaluating a plan repeats ``RooflineModel._evaluate``'s floating-point operations in the same
+order (the compute and memory sums operator by operator, then compute + memory +
+communication + overhead), so the seconds are the same float; ``tests/perf/test_step_seconds.py``
+checks that over random batches of several models. Other models (a measured operator table)
+are asked directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.perf.batch import StepBatch
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
+
+PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~2 KB)
+
+# One operator of a plan, nine fields. Constant: (False, seconds x passes, is_compute, 0...);
+# affine: (True, f0, f1, flops_s, b0, b1, bytes_s, count, passes), the count and the passes
+# kept apart because ``_evaluate`` multiplies by them in two steps.
+_Term = tuple[bool, float, float, float, float, float, float, float, float]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    microbatches: int
+    terms: tuple[_Term, ...]
+    communication_s: float
+    overhead_s: float
+
+
+class StepSeconds:
+    """``model.step_time(batch).total_s`` for the engine's steps, cached per batch shape for a
+    ``RooflineModel`` (the module docstring); any other model is asked each time."""
+
+    def __init__(self, model: StepTimeModel) -> None:
+        self.model = model
+        # Plans for the roofline only, and only where the context cannot change the operators:
+        # a sliding window that saturates (``context >= seqs x window``) swaps its attention
+        # operator, so windowed models are asked every step, as before.
+        roofline = model if type(model) is RooflineModel else None
+        if roofline is not None and any(g.attention.window_tokens for g in roofline.groups):
+            roofline = None
+        self.roofline = roofline
+        self._plans: dict[tuple[float, ...], _Plan] = {}
+        self._graphs: object = None
+
+    def __call__(self, batch: StepBatch) -> float:
+        return self.seconds(
+            batch.prefill_tokens,
+            batch.prefill_attention_pairs,
+            batch.prefill_context_tokens,
+            batch.num_prefill_seqs,
+            batch.num_decode_seqs,
+            batch.decode_context_tokens,
+        )
+
+    def seconds(
+        self,
+        prefill_tokens: int,
+        prefill_attention_pairs: float,
+        prefill_context_tokens: int,
+        num_prefill_seqs: int,
+        num_decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> float:
+        """The seconds of the step whose ``StepBatch`` has these fields."""
+        key: tuple[float, ...] = (
+            prefill_tokens,
+            prefill_attention_pairs,
+            prefill_context_tokens,
+            num_prefill_seqs,
+            num_decode_seqs,
+        )
+        roofline = self.roofline
+        if roofline is not None and roofline.graphs is not self._graphs:
+            self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
+            self._graphs = roofline.graphs
+        plan = self._plans.get(key)
+        if plan is None:
+            batch = StepBatch(
+                prefill_tokens,
+                prefill_attention_pairs,
+                prefill_context_tokens,
+                num_prefill_seqs,
+                num_decode_seqs,
+                decode_context_tokens,
+            )
+            if roofline is None:
+                return self.model.step_time(batch).total_s
+            plan = self._compile(roofline, batch)
+        context = float(decode_context_tokens) / plan.microbatches
+        compute = memory = 0.0
+        for is_affine, v0, v1, v2, v3, v4, v5, count, times in plan.terms:
+            if not is_affine:
+                if v1:
+                    compute += v0
+                else:
+                    memory += v0
+                continue
+            compute_s = (v0 + v1 * context) / v2 * count
+            memory_s = (v3 + v4 * context) / v5 * count
+            if compute_s >= memory_s:
+                compute += compute_s * times
+            else:
+                memory += memory_s * times
+        return compute + memory + plan.communication_s + plan.overhead_s
+
+    def _compile(self, model: RooflineModel, batch: StepBatch) -> _Plan:
+        """The batch's operators as a plan, cached by its shape."""
+        if len(self._plans) >= PLAN_CACHE_SIZE:
+            self._plans.clear()
+        ops, fixed = model._ops(batch)
+        m = model._microbatches(batch)
+        factor = model._pipeline_factor(batch)
+        terms: list[_Term] = []
+        for op in ops:
+            times = factor if op.per_stage else m
+            if op.f1 == 0 and op.b1 == 0:  # its terms are the same at every context
+                compute_s, memory_s = op.terms(0.0)
+                is_compute = compute_s >= memory_s
+                seconds = (compute_s if is_compute else memory_s) * times
+                terms.append((False, seconds, float(is_compute), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+            else:
+                terms.append(
+                    (True, op.f0, op.f1, op.flops_s, op.b0, op.b1, op.bytes_s, op.count, times)
+                )
+        plan = _Plan(
+            m,
+            tuple(terms),
+            fixed["communication"] * factor + model._pipeline_sends(batch),
+            fixed["overhead"] * factor,
+        )
+        self._plans[
+            (
+                batch.prefill_tokens,
+                batch.prefill_attention_pairs,
+                batch.prefill_context_tokens,
+                batch.num_prefill_seqs,
+                batch.num_decode_seqs,
+            )
+        ] = plan
+        return plan

@@ -1,0 +1,96 @@
+"""``StepSeconds`` returns ``step_time(batch).total_s`` bit for bit, from a fresh plan and from a
+cached one at another context, for every architecture the roofline distinguishes and for
+pipeline, DP-attention and CUDA-graph variants; a change of the engine's graphs is seen."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplan.perf.batch import StepBatch, StepTime, chunk_attention_pairs
+from inferplan.perf.cudagraph import CudaGraphs
+from inferplan.perf.roofline import RooflineModel
+from inferplan.perf.step_seconds import StepSeconds
+
+from .perf_helpers import MODELS, roofline
+
+VARIANTS = [
+    *[(name, {}) for name in MODELS],
+    ("Llama-3.1-70B", {"tp": 2, "pp": 2}),
+    ("Llama-3.1-8B", {"pp": 4, "cuda_graphs": False}),
+    ("DeepSeek-V3", {"tp": 8, "dp": 8, "ep": True}),
+    ("Qwen3-30B-A3B", {"tp": 2, "zipf": 1.2}),
+]
+
+
+def _batch(chunks: list[tuple[int, int]], num_decode: int, context_per_seq: int) -> StepBatch:
+    """Prefill chunks ``(q, o)`` (``q`` tokens after ``o`` cached) beside ``num_decode``
+    decodes of ``context_per_seq`` tokens each, as the engine's mixed steps sum them."""
+    return StepBatch(
+        prefill_tokens=sum(q for q, _ in chunks),
+        prefill_attention_pairs=float(sum(chunk_attention_pairs(q, o) for q, o in chunks)),
+        prefill_context_tokens=sum(o for _, o in chunks),
+        num_prefill_seqs=len(chunks),
+        num_decode_seqs=num_decode,
+        decode_context_tokens=num_decode * context_per_seq,
+    )
+
+
+chunk = st.tuples(st.integers(1, 9000), st.sampled_from([0, 0, 16, 4096, 100_000]))
+
+
+@pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chunks=st.lists(chunk, max_size=3),
+    num_decode=st.integers(0, 600),
+    contexts=st.lists(st.integers(1, 140_000), min_size=2, max_size=4),
+)
+def test_step_seconds_equal_step_time_bit_for_bit(
+    name: str,
+    kwargs: dict[str, object],
+    chunks: list[tuple[int, int]],
+    num_decode: int,
+    contexts: list[int],
+) -> None:
+    model: RooflineModel = roofline(name, "h200", **kwargs)
+    seconds = StepSeconds(model)
+    if not chunks and not num_decode:
+        num_decode = 1
+    for context in contexts:  # the first compiles the plan, the rest reuse it
+        batch = _batch(chunks, num_decode, context)
+        assert seconds(batch) == model.step_time(batch).total_s
+
+
+def test_a_new_set_of_cuda_graphs_is_seen() -> None:
+    model = roofline("Llama-3.1-8B", "h200")
+    fresh = RooflineModel(
+        model.spec, model.gpu, model.par, model.formats, model.kv, model.eff
+    )  # own instance: the shared one must keep its graphs
+    seconds = StepSeconds(fresh)
+    batch = _batch([], 9, 1000)
+    before = seconds(batch)
+    fresh.graphs = CudaGraphs((1, 2, 4, 8, 16, 32))  # 9 sequences replay the 16 graph
+    after = seconds(batch)
+    assert after == fresh.step_time(batch).total_s
+    assert after > before
+
+
+def test_other_models_are_asked_every_step() -> None:
+    """A model that is not the roofline (a measured table) gets no plan: it is asked."""
+    inner = roofline("Llama-3.1-8B", "h200")
+    asked: list[StepBatch] = []
+
+    class Counting:
+        def step_time(self, batch: StepBatch) -> StepTime:
+            asked.append(batch)
+            return inner.step_time(batch)
+
+        def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+            return inner.decode_line(num_seqs, context_tokens)
+
+    seconds = StepSeconds(Counting())
+    batch = _batch([(512, 0)], 7, 900)
+    assert seconds(batch) == seconds(batch) == inner.step_time(batch).total_s
+    assert asked == [batch, batch]
