@@ -1,8 +1,11 @@
 """``StepSeconds`` returns ``step_time(batch).total_s`` bit for bit, from a fresh plan and from a
 cached one at another context, for every architecture the roofline distinguishes and for
-pipeline, DP-attention and CUDA-graph variants; a change of the engine's graphs is seen."""
+pipeline, DP-attention and CUDA-graph variants and with host work hidden behind the GPU's
+(``host_overlap``, TensorRT-LLM's PyTorch executor); a change of the engine's graphs is seen."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,3 +97,35 @@ def test_other_models_are_asked_every_step() -> None:
     batch = _batch([(512, 0)], 7, 900)
     assert seconds(batch) == seconds(batch) == inner.step_time(batch).total_s
     assert asked == [batch, batch]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chunks=st.lists(chunk, max_size=3),
+    num_decode=st.integers(0, 600),
+    contexts=st.lists(st.integers(1, 140_000), min_size=2, max_size=4),
+    overlap=st.sampled_from([0.15, 1.0]),
+)
+def test_hidden_host_work_is_in_the_plans(
+    chunks: list[tuple[int, int]], num_decode: int, contexts: list[int], overlap: float
+) -> None:
+    """With ``host_overlap`` > 0 (``simulate --engine trtllm``) a plan's seconds hide the same
+    host work as ``step_time``: admission steps are not timed as if nothing overlapped."""
+    base = roofline("Llama-3.1-8B", "h200")
+    eff = replace(base.eff, host_overlap=overlap, step_overhead_s=0.003)
+    model = RooflineModel(base.spec, base.gpu, base.par, base.formats, base.kv, eff)
+    seconds = StepSeconds(model)
+    if not chunks and not num_decode:
+        num_decode = 1
+    for context in contexts:
+        batch = _batch(chunks, num_decode, context)
+        total_s = model.step_time(batch).total_s
+        assert seconds(batch) == total_s
+        assert (
+            total_s
+            < RooflineModel(
+                base.spec, base.gpu, base.par, base.formats, base.kv, replace(eff, host_overlap=0.0)
+            )
+            .step_time(batch)
+            .total_s
+        )

@@ -11,8 +11,9 @@ shape is compiled once into a ``_Plan``: the terms of the operators whose time d
 on the context (each already multiplied by its pipeline passes), the affine coefficients of
 those that do, the communication and overhead seconds.
 Evaluating a plan repeats ``RooflineModel._evaluate``'s floating-point operations in the same
-order (the compute and memory sums operator by operator, then compute + memory +
-communication + overhead), so the seconds are the same float; ``tests/perf/test_step_seconds.py``
+order (the compute and memory sums operator by operator, the host work hidden behind the GPU's
+(``perf/overlap.py``), then compute + memory + communication + overhead), so the seconds are the
+same float; ``tests/perf/test_step_seconds.py``
 checks that over random batches of several models. Other models (a measured operator table)
 are asked directly.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferplan.perf.batch import StepBatch
+from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 
@@ -39,6 +41,8 @@ class _Plan:
     terms: tuple[_Term, ...]
     communication_s: float
     overhead_s: float
+    host_s: float  # host work per step, of which ``host_overlap`` hides behind the GPU's
+    host_overlap: float
 
 
 class StepSeconds:
@@ -116,7 +120,9 @@ class StepSeconds:
                 compute += compute_s * times
             else:
                 memory += memory_s * times
-        return compute + memory + plan.communication_s + plan.overhead_s
+        gpu_s = compute + memory + plan.communication_s
+        overhead_s = plan.overhead_s - hidden_host_s(plan.host_s, plan.host_overlap, gpu_s)
+        return compute + memory + plan.communication_s + overhead_s
 
     def _compile(self, model: RooflineModel, batch: StepBatch) -> _Plan:
         """The batch's operators as a plan, cached by its shape."""
@@ -142,6 +148,8 @@ class StepSeconds:
             tuple(terms),
             fixed["communication"] * factor + model._pipeline_sends(batch),
             fixed["overhead"] * factor,
+            host_s(model.eff, batch, model.par.attention_dp),
+            model.eff.host_overlap,
         )
         self._plans[
             (
