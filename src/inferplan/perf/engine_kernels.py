@@ -29,7 +29,6 @@ import yaml
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
 from inferplan.specs.model import ModelSpec
 
 KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla")
@@ -91,13 +90,3 @@ def plan_kernel_class(plan: MemoryPlan) -> str:
     """``kernel_class`` of a memory plan's model and weight formats."""
     formats = plan.weight_formats
     return kernel_class(plan.spec, (formats.linear.name, formats.experts.name))
-
-
-def engine_efficiency(
-    eff: Efficiency, plan: MemoryPlan, engine: str, version: str = ""
-) -> Efficiency:
-    """``eff`` as ``engine`` runs ``plan``: the release's fitted host costs
-    (``engine_overheads.py``) and its kernel factor. ``inferplan simulate --engine`` and
-    ``validate`` both use it."""
-    eff = with_engine_overheads(eff, engine, version)
-    return with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
