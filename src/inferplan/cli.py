@@ -39,7 +39,7 @@ from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
-from inferplan.engine.frontend import engine_frontend, seen_result, shift_itl
+from inferplan.engine.frontend import seen_result, shift_itl
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.engine.session import simulate as run_simulation
@@ -271,7 +271,7 @@ def simulate(
         class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
         engine_costs=True,
     )
-    frontend = engine_frontend(deployment.engine)
+    frontend = deployment.frontend()
     with progress_bar(requests.num_requests, enabled=not json_out) as advance:
         if classpool.pools is not None:
             result, pooled = pooled_run(
@@ -281,7 +281,7 @@ def simulate(
             result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
     traces = result.traces
     # What `vllm bench serve` sees: the engine's HTTP front end (engine/frontend.py), as validate.
-    result, fe_times = seen_result(result, frontend)
+    result, fe_times = seen_result(result, frontend, plan.parallelism.num_replicas)
     summary = summarize(
         result.records,
         result.itl,

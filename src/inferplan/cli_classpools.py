@@ -110,5 +110,5 @@ def pooled_run(
     )
     cfg = simulation_config(plan, options)
     pooled = simulate_class_pools(workload, cfg, model, spec, on_progress)
-    seen, _ = seen_result(pooled.result, frontend or FrontEnd())
+    seen, _ = seen_result(pooled.result, frontend or FrontEnd(), options.data_parallel_size)
     return pooled.result, {"class_pools": replace(pooled, result=seen).summary_json(spec)}

@@ -14,6 +14,7 @@ import click
 from inferplan.cli_checks import bounded, goodput_slo
 from inferplan.cli_flags import DEVICES, DeploymentFlags, option_group
 from inferplan.cluster import pools
+from inferplan.engine.frontend import behind_frontend, shift_itl
 from inferplan.engine.session import ServingOptions
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.metrics.summary import summarize
@@ -104,19 +105,25 @@ def simulate_disaggregated(
             if text.startswith("--gpu:") and shape.gpu:
                 raise InferplanError(f"--{name}-gpu:{text[6:]}") from None
             raise InferplanError(f"{name} pool: {text}") from None
-        model = flags.step_model(plan, moe_skew=moe_skew, class_token_shares=shares)
+        model = flags.step_model(
+            plan, moe_skew=moe_skew, class_token_shares=shares, engine_costs=True
+        )
         built[name] = pools.build_pool(name, plan, model, options)
     prefill, decode = built["prefill"], built["decode"]
     latency_s = (disagg.kv_link_latency_ms or 0.0) / 1e3
     link = pools.pools_link(prefill.plan, decode.plan, latency_s)
     result = pools.run_pools(requests, prefill, decode, link)
+    # As the client sees it: behind the engine's front end, one per decode replica (they stream).
+    fe, servers = deployment.frontend(), decode.plan.parallelism.num_replicas
+    records, duration_s, fe_times = behind_frontend(result.records, result.duration_s, fe, servers)
     summary = summarize(
-        result.records,
+        records,
         result.itl,
-        duration_s=result.duration_s,
+        duration_s=duration_s,
         percentiles=percentiles,
         goodput_slo_ms=goodput_slo(goodput),
     )
+    summary = shift_itl(summary, fe_times)
     summary["num_steps"] = result.prefill.num_steps + result.decode.num_steps
     summary["disaggregated"] = True
     summary["kv_transfer"] = pools.kv_transfer_json(result)

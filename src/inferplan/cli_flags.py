@@ -21,6 +21,7 @@ import click
 from inferplan.cli_checks import bounded, check_devices, check_engine_rules, check_name
 from inferplan.cli_checks import goodput_slo as goodput_slo  # re-exported for other commands
 from inferplan.cli_checks import int_list as int_list  # re-exported for other commands
+from inferplan.engine.frontend import FrontEnd, engine_frontend
 from inferplan.errors import InferplanError
 from inferplan.limits import (
     MAX_BLOCK_TOKENS,
@@ -217,6 +218,11 @@ class DeploymentFlags:
         if engine_costs and isinstance(model, RooflineModel):
             model.graphs = served_graphs(plan, self.engine)
         return model
+
+    def frontend(self) -> FrontEnd:
+        """``--engine``'s HTTP front end (``engine/frontend.py``); none with ``--calibration``,
+        whose constants were fitted to end-to-end measurements that already include it."""
+        return FrontEnd() if self.calibration else engine_frontend(self.engine)
 
     def plan(self) -> MemoryPlan:
         return build_memory_plan(

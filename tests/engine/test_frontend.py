@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inferplan.engine import frontend
 from inferplan.engine.frontend import (
     FrontEnd,
     FrontEndTimes,
@@ -85,3 +86,36 @@ def test_bad_front_end_files_name_the_key() -> None:
         parse_frontends({"vllm-v1": {"per_step_s": 1e-3}}, "f.yaml")
     with pytest.raises(InferplanError, match=r"\[0, 1\]"):
         parse_frontends({"vllm-v1": {"per_token_s": 2.0}}, "f.yaml")
+
+
+def test_replicas_each_have_a_front_end() -> None:
+    """Two replicas' front ends serve twice the tokens: the bound halves."""
+    n = 10
+    rec = records([0.0] * n, [0.01] * n, [1.0] * n, [100] * n)
+    fe = FrontEnd(per_token_s=4e-3)  # 1,000 tokens: 4 s of work for one server
+    assert frontend_times(rec, fe).finish_s.max() == pytest.approx(0.01 + 4.0, rel=1e-9)
+    assert frontend_times(rec, fe, servers=2).finish_s.max() == pytest.approx(0.01 + 2.0, rel=1e-9)
+
+
+def test_grouped_tokens_keep_the_bound_and_the_idle_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``MAX_TOKEN_JOBS`` tokens are served in groups: a saturated server's last token and
+    an idle server's one-token delay are what single tokens give, and so is the first token; a
+    fast server loses at most the queueing of tokens emitted at the same instant (n of them)."""
+    n = 10
+    rec = records([0.0] * n, [0.01] * n, [1.0] * n, [100] * n)
+    for fe in (FrontEnd(per_token_s=1e-3), FrontEnd(per_token_s=1e-6)):
+        single = frontend_times(rec, fe)
+        monkeypatch.setattr(frontend, "MAX_TOKEN_JOBS", 100)  # 1,000 tokens: groups of 10
+        grouped = frontend_times(rec, fe)
+        monkeypatch.undo()
+        last, grouped_last = single.finish_s.max(), grouped.finish_s.max()
+        assert last - n * fe.per_token_s - 1e-12 <= grouped_last <= last + 1e-12
+        np.testing.assert_allclose(grouped.first_token_s, single.first_token_s, rtol=1e-12)
+        for stat in ("mean", "median"):
+            assert grouped.itl_before_s[stat] == pytest.approx(single.itl_before_s[stat], rel=1e-9)
+    # An idle server: each group leaves when its last token does, one token's service later.
+    lone = records([0.0], [0.0], [0.99], [100])
+    monkeypatch.setattr(frontend, "MAX_TOKEN_JOBS", 10)
+    grouped = frontend_times(lone, FrontEnd(per_token_s=1e-6))
+    assert grouped.finish_s[0] == pytest.approx(0.99 + 1e-6, rel=1e-12)
+    assert grouped.itl_after_s["mean"] == pytest.approx(0.01, rel=1e-6)

@@ -35,10 +35,13 @@ import yaml
 
 from inferplan.engine.simulator import SimulationResult
 from inferplan.errors import InferplanError
-from inferplan.metrics.records import FloatArray, RequestRecords, RequestStatus
+from inferplan.metrics.records import FloatArray, IntArray, RequestRecords, RequestStatus
 
 # Keys of a summary (``metrics/summary.py``) that the ITL shift applies to: (statistic, key).
 _ITL_STATS = ("mean", "median", "p99")
+# Token jobs the stage holds at once (ten arrays of 8 bytes each: ~0.3 GB). A run with more
+# output tokens groups each request's tokens after its first into jobs of equal size.
+MAX_TOKEN_JOBS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -72,50 +75,81 @@ def _fcfs_finish(arrive_s: FloatArray, cost_s: FloatArray) -> FloatArray:
     return done + np.maximum.accumulate(arrive_s - (done - cost_s))
 
 
-def _gap_stats(gaps_s: FloatArray) -> dict[str, float]:
+def _gap_stats(gaps_s: FloatArray, weights: IntArray | None = None) -> dict[str, float]:
+    """Mean, median and p99 of the gaps; ``weights``: how many tokens each gap stands for
+    (grouped tokens, ``MAX_TOKEN_JOBS``), percentiles then by the inverted CDF."""
     if gaps_s.size == 0:
         return {stat: 0.0 for stat in _ITL_STATS}
-    median, p99 = np.percentile(gaps_s, [50, 99])
-    return {"mean": float(gaps_s.mean()), "median": float(median), "p99": float(p99)}
+    if weights is None:
+        median, p99 = np.percentile(gaps_s, [50, 99])
+        return {"mean": float(gaps_s.mean()), "median": float(median), "p99": float(p99)}
+    order = np.argsort(gaps_s, kind="stable")
+    cum = np.cumsum(weights[order])
+    at = np.searchsorted(cum, [0.5 * cum[-1], 0.99 * cum[-1]])
+    median, p99 = gaps_s[order][np.minimum(at, gaps_s.size - 1)]
+    mean = float(np.dot(gaps_s, weights) / cum[-1])
+    return {"mean": mean, "median": float(median), "p99": float(p99)}
 
 
-def frontend_times(records: RequestRecords, fe: FrontEnd) -> FrontEndTimes:
-    """The client-side times of the completed requests of ``records`` behind ``fe``."""
+def _token_jobs(num: IntArray, chunk: int) -> tuple[IntArray, IntArray, IntArray]:
+    """The front end's token jobs: each request's first token alone, then its other tokens in
+    groups of ``chunk``. (owner request, index of the job's first token, tokens in the job)."""
+    per_request = 1 + -(-(num - 1) // chunk)
+    owner = np.repeat(np.arange(num.size), per_request)
+    job = np.arange(owner.size) - (np.cumsum(per_request) - per_request)[owner]
+    first_index = np.where(job == 0, 0, 1 + (job - 1) * chunk)
+    size = np.where(job == 0, 1, np.minimum(chunk, num[owner] - first_index))
+    return owner, first_index, size
+
+
+def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> FrontEndTimes:
+    """The client-side times of the completed requests of ``records`` behind ``fe``, with
+    ``servers`` front ends (one per replica) pooled into one ``servers`` times faster."""
     done = np.flatnonzero(
         (records.status == RequestStatus.COMPLETED) & np.isfinite(records.finish_s)
     )
     first, finish = records.first_token_s[done], records.finish_s[done]
     num = np.maximum(records.output_tokens[done], 1)
-    owner = np.repeat(np.arange(done.size), num)
-    starts = np.cumsum(num) - num
-    index = np.arange(owner.size) - starts[owner]
+    chunk = max(1, -(-int(num.sum()) // MAX_TOKEN_JOBS))
+    owner, index, size = _token_jobs(num, chunk)
     step = np.where(num > 1, (finish - first) / np.maximum(num - 1, 1), 0.0)
-    token_s = first[owner] + index * step[owner]
-    request_cost = fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]
+    last_s = first[owner] + (index + size - 1) * step[owner]  # the job's last token
+    per_token_s = fe.per_token_s / servers
+    token_s = first[owner] + index * step[owner]  # the job's first token
+    request_cost = (fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]) / servers
     arrive = np.concatenate([records.arrival_s[done], token_s])
-    cost = np.concatenate([request_cost, np.full(token_s.size, fe.per_token_s)])
+    cost = np.concatenate([request_cost, size * per_token_s])
     kind = np.concatenate([np.zeros(done.size), np.ones(token_s.size)])  # requests first at ties
     order = np.lexsort((np.arange(arrive.size), kind, arrive))
     seen = np.empty(arrive.size)
-    seen[order] = _fcfs_finish(arrive[order], cost[order])
-    seen_tokens = seen[done.size :]
-    last = starts + num - 1
+    if chunk == 1:
+        seen[order] = _fcfs_finish(arrive[order], cost[order])
+    else:  # the server works on a group as its tokens come; the client sees the group when
+        # its last token is out and served
+        due = np.concatenate([arrive[: done.size] + request_cost, last_s + per_token_s])
+        seen[order] = np.maximum(_fcfs_finish(arrive[order], cost[order]), due[order])
+    seen_jobs = seen[done.size :]
+    starts = np.flatnonzero(index == 0)
     is_gap = index > 0
-    before = np.diff(token_s, prepend=0.0)[is_gap]
-    after = np.diff(seen_tokens, prepend=0.0)[is_gap]
+    weights = None if chunk == 1 else size[is_gap]
+    before = np.diff(last_s, prepend=0.0)[is_gap] / size[is_gap]
+    after = np.diff(seen_jobs, prepend=0.0)[is_gap] / size[is_gap]
     out_first, out_finish = records.first_token_s.copy(), records.finish_s.copy()
-    out_first[done], out_finish[done] = seen_tokens[starts], seen_tokens[last]
-    return FrontEndTimes(out_first, out_finish, _gap_stats(before), _gap_stats(after))
+    out_first[done] = seen_jobs[starts]
+    out_finish[done] = seen_jobs[np.append(starts[1:], seen_jobs.size) - 1]
+    return FrontEndTimes(
+        out_first, out_finish, _gap_stats(before, weights), _gap_stats(after, weights)
+    )
 
 
 def behind_frontend(
-    records: RequestRecords, duration_s: float, fe: FrontEnd
+    records: RequestRecords, duration_s: float, fe: FrontEnd, servers: int = 1
 ) -> tuple[RequestRecords, float, FrontEndTimes | None]:
     """``records`` and the run's duration as the client sees them behind ``fe`` (unchanged,
-    and no times, when ``fe`` costs nothing)."""
+    and no times, when ``fe`` costs nothing); ``servers``: replicas, one front end each."""
     if fe.is_zero:
         return records, duration_s, None
-    times = frontend_times(records, fe)
+    times = frontend_times(records, fe, servers)
     ends = records.finish_s[np.isfinite(records.finish_s)]
     seen_ends = times.finish_s[np.isfinite(times.finish_s)]
     if ends.size:
@@ -125,11 +159,12 @@ def behind_frontend(
 
 
 def seen_result(
-    result: SimulationResult, fe: FrontEnd
+    result: SimulationResult, fe: FrontEnd, servers: int = 1
 ) -> tuple[SimulationResult, FrontEndTimes | None]:
-    """``result`` with its records and duration as the client sees them behind ``fe``, and the
-    times for ``shift_itl`` (``result`` itself and None when ``fe`` costs nothing)."""
-    records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
+    """``result`` with its records and duration as the client sees them behind ``fe`` (one per
+    replica: ``servers``), and the times for ``shift_itl`` (``result`` itself and None when
+    ``fe`` costs nothing)."""
+    records, duration_s, times = behind_frontend(result.records, result.duration_s, fe, servers)
     if times is None:
         return result, None
     return replace(result, records=records, duration_s=duration_s), times
