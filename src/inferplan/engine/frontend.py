@@ -9,7 +9,9 @@ Their work overlaps the GPU: it bounds a run only when it is larger (a max, not 
 delays every token it has to wait for. ``vllm bench serve``'s client (one asyncio loop parsing
 every SSE chunk) is a stage of the same kind in series; the fitted constants hold both.
 
-Model: one single-threaded server, first come first served (a Python event loop), that does
+Model: one single-threaded server per replica, first come first served (a Python event loop;
+N replicas' servers are pooled into one N times faster, which keeps their joint throughput
+bound), that does
 
 - ``per_request_s + per_input_token_s * prompt`` for each request when it arrives (parse, chat
   template, tokenise, hand to the engine), and
@@ -20,7 +22,11 @@ The client sees a token when the server has finished it. It runs after the engin
 on the records (the engine is not slowed by its front end: outputs queue in the API process),
 with each request's tokens spread evenly between its simulated first token and finish. ITL
 statistics move by the difference the stage makes to those evenly spread gaps, so the engine's
-own gap shape (prefill interruptions) is kept; only the ITL mean, median and p99 move (other
+own gap shape (prefill interruptions) is kept. Above ``MAX_TOKEN_JOBS`` output tokens a
+request's tokens after its first are served in equal groups, so memory follows requests, not
+tokens: the server works on a group as its tokens come and the client sees the group when
+its last token is out and served (the throughput bound and an idle server's delay are kept;
+the queueing among tokens emitted in the same step is lost); only the ITL mean, median and p99 move (other
 ``--metric-percentiles`` of ITL keep the engine's values). Zero costs leave a run unchanged.
 """
 
