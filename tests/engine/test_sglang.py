@@ -255,10 +255,11 @@ def test_a_small_pool_retracts_and_every_request_still_completes() -> None:
 
 def test_sglang_options_refuse_what_it_does_not_do() -> None:
     with pytest.raises(InferplanError, match="--enable-prefix-caching"):
-        ServingOptions(engine="sglang", enable_prefix_caching=True)
+        ServingOptions(engine="trtllm", enable_prefix_caching=True)
     with pytest.raises(InferplanError, match="--preemption-mode swap"):
         ServingOptions(engine="sglang", preemption_mode="swap")
-    assert not ServingOptions(engine="sglang").prefix_caching
+    assert ServingOptions(engine="sglang").prefix_caching  # the radix cache: on by default
+    assert not ServingOptions(engine="sglang", enable_prefix_caching=False).prefix_caching
 
 
 def test_simulate_with_engine_sglang_runs_and_bad_flags_exit_2(
@@ -268,6 +269,7 @@ def test_simulate_with_engine_sglang_runs_and_bad_flags_exit_2(
     run = [*base, "--num-prompts", "20", "--random-input-len", "300", "--json"]
     assert main(run) == 0
     assert '"completed": 20' in capsys.readouterr().out
-    assert main([*base, "--enable-prefix-caching"]) == 2
+    trtllm = [*base[:-1], "trtllm"]
+    assert main([*trtllm, "--enable-prefix-caching"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "--enable-prefix-caching" in err

@@ -36,7 +36,8 @@ class ServingOptions:
     exact: bool = False
     engine: str = "vllm"
     num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
-    # vLLM v1's automatic prefix caching; None: on for vLLM's v1 scheduler (its default).
+    # vLLM v1's automatic prefix caching or SGLang's radix cache; None: on for vLLM's v1
+    # scheduler and SGLang (their defaults).
     enable_prefix_caching: bool | None = None
     # Admission control, length predictors, SPF aging (``engine/admission.py``); None: off.
     admission: AdmissionConfig | None = None
@@ -48,7 +49,8 @@ class ServingOptions:
     def prefix_caching(self) -> bool:
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
-        return self.engine == "vllm" and self.scheduler == "continuous"
+        # vLLM v1's prefix caching and SGLang's radix cache are both on by default.
+        return self.engine in ("vllm", "sglang") and self.scheduler == "continuous"
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -87,10 +89,12 @@ class ServingOptions:
                 "--num-scheduler-steps: multi-step scheduling is emulated with "
                 "--scheduler prefill-first only (vLLM V0)"
             )
-        if self.enable_prefix_caching and (self.engine, self.scheduler) != ("vllm", "continuous"):
+        if self.enable_prefix_caching and (
+            self.engine not in ("vllm", "sglang") or self.scheduler != "continuous"
+        ):
             raise InferplanError(
-                "--enable-prefix-caching: emulated for vLLM v1 only (--engine vllm, "
-                "--scheduler continuous)"
+                "--enable-prefix-caching: emulated for vLLM v1 (--engine vllm, --scheduler "
+                "continuous) and SGLang's radix cache (--engine sglang)"
             )
         if self.admission is not None:
             self.admission.check(self.engine, self.scheduler, self.scheduling_policy)

@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler, StepDecision
+from inferplan.memory.radixcache import RadixCache
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
 INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
@@ -105,7 +106,22 @@ class SglangScheduler(Scheduler):
         self.admit_waiting(budget, admitted, now)
         if not any(admitted):
             return None
-        return StepDecision(np.array(admitted, dtype=np.int64), prefill_only=True)
+        decision = np.array(admitted, dtype=np.int64)
+        if self.pool.cache is not None:
+            self._insert_chunks(decision)
+        return StepDecision(decision, prefill_only=True)
+
+    def _insert_chunks(self, sched: np.ndarray) -> None:
+        """Insert the prompt entries this round's chunks compute into the radix tree, after
+        every admission of the round (SGLang matches all of them before any inserts, so two
+        requests admitted together do not share a new prefix); duplicates are freed."""
+        cache, run = self.pool.cache, self.running
+        assert isinstance(cache, RadixCache)
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        prompt = self.prompt_tokens[run.ids]
+        for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
+            end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
+            self.pool.free += cache.insert(int(run.ids[row]), end // entry_tokens)
 
     def free_tokens(self, free_blocks: int | np.ndarray) -> int | np.ndarray:
         """Tokens ``free_blocks`` pool blocks hold (SGLang counts tokens; its page is 1 token
@@ -129,20 +145,26 @@ class SglangScheduler(Scheduler):
         free = self.pool.free - int(self.pool.crossing_cost(run.num_computed).sum())
         return self._rem_total(free, run.num_generated + 1, 1)
 
-    def _need(self) -> tuple[int, int]:
-        """The queue head's tokens to compute and the tokens it reserves in all."""
+    def _need(self) -> tuple[int, int, int]:
+        """The queue head's tokens, its radix-cache hit, and the tokens it takes from
+        ``rem_total``: those left to compute, its clipped output, and the evictable tokens of
+        its hit that locking it removes (``add_one_req`` tests after ``_lock_node``)."""
         rid, tokens = self.waiting.peek()
+        hit, shared_blocks = self.prefix_hit(rid, tokens)
         generated = int(tokens - self.prompt_tokens[rid])
         output = min(int(self.target_tokens[rid]) - generated, CLIP_MAX_NEW_TOKENS)
-        return tokens, tokens + output
+        block = self.pool.block_size
+        lock = (hit // block - shared_blocks) * block if hit else 0
+        return tokens, hit, tokens - hit + output + lock
 
     def head_chunk(self, budget: int, available: int) -> int | None:
-        """SGLang's ``add_one_req``: the head's whole remaining prompt plus its clipped output
-        must be below ``rem_total``; its first chunk is what the budget leaves."""
-        tokens, need = self._need()
+        """SGLang's ``add_one_req``: the head's remaining prompt past its hit, its clipped
+        output and its hit's lock must be below ``rem_total``; its first chunk is what the
+        budget leaves."""
+        tokens, hit, need = self._need()
         if need > available or budget <= 0:
             return None
-        return min(tokens, budget)
+        return min(tokens - hit, budget)
 
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """FCFS admissions while the chunk budget lasts; each admitted request reserves its
@@ -154,19 +176,32 @@ class SglangScheduler(Scheduler):
             chunk = self.head_chunk(budget, base - reserved)
             if chunk is None:
                 break
-            tokens, need = self._need()
+            tokens, hit, need = self._need()
             rid = self.waiting.pop()
             reserved += need
-            held = self.pool.blocks_for_one(chunk)
-            self.pool.free -= held
+            held = self.pool.blocks_for_one(hit + chunk)
+            if self.pool.cache is not None:
+                self._lock_hit(rid, tokens, hit)
+            self.pool.free -= held - self.pool.blocks_for_one(hit)
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
-            run.append(rid, 0, tokens, generated, int(self.target_tokens[rid]), held, now)
+            run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
-            if chunk < tokens:
+            if hit + chunk < tokens:
                 break  # the chunked request: one at a time
+
+    def _lock_hit(self, rid: int, tokens: int, hit: int) -> None:
+        """Lock the admitted request's radix hit (``inc_lock_ref``) and count it."""
+        cache = self.pool.cache
+        assert cache is not None
+        entries = hit // (cache.entry_kv_blocks * self.pool.block_size)
+        self.pool.free -= cache.acquire(rid, entries)
+        self.records.cached_tokens[rid] += hit  # type: ignore[index]
+        self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += hit
+        cache.queried_tokens += tokens
 
     def head_can_join(self) -> bool:
         """Whether the next step is a prefill: the queue head passes admission now (the
@@ -182,7 +217,7 @@ class SglangScheduler(Scheduler):
         run = self.running
         if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
             return None
-        _, need = self._need()
+        _, _, need = self._need()  # the hit's eviction leaves it alone (``RadixCache.hit_keys``)
         horizon = min(int((run.target - run.num_generated).min()), SCAN_STEPS)
         steps = np.arange(1, horizon + 1)
         grown = self.pool.blocks_for(run.num_computed[None, :] + steps[:, None])
@@ -198,15 +233,27 @@ class SglangScheduler(Scheduler):
     def _decode_step(self) -> StepDecision:
         run, pool = self.running, self.pool
         need = pool.crossing_cost(run.num_computed)
-        while int(need.sum()) > pool.free and len(run):
-            self.preempt(self.victim_row())
+        if int(need.sum()) > pool.free:  # ``check_decode_mem`` fails (evictable counted free)
+            self._retract()
             need = pool.crossing_cost(run.num_computed)
-            self.retracted = True
-        if self.retracted:
-            self._reestimate_ratio()
+            while int(need.sum()) > pool.free and len(run):  # one request alone lacks a slot:
+                self.preempt(self.victim_row())  # SGLang aborts it; here it waits for room
+                need = pool.crossing_cost(run.num_computed)
         pool.free -= int(need.sum())
         run.held_blocks = run.held_blocks + need
         return StepDecision(np.ones(len(run), dtype=np.int64), preempted=self.retracted)
+
+    def _retract(self) -> None:
+        """SGLang's ``retract_decode``: retract victims (``victim_row``) until the free tokens
+        cover ``RETRACT_DECODE_STEPS`` decode steps of those left, at least one, never the last
+        one; then re-estimate the ratio over those left."""
+        run = self.running
+        while len(run) > 1:
+            self.preempt(self.victim_row())
+            if self.free_tokens(self.pool.free) >= RETRACT_DECODE_STEPS * len(run):
+                break
+        self.retracted = True
+        self._reestimate_ratio()
 
     def victim_row(self) -> int:
         """Fewest generated tokens first, ties to the longest prompt (``retract_decode``), then
@@ -217,13 +264,26 @@ class SglangScheduler(Scheduler):
         return int(order[0])
 
     def preempt(self, row: int) -> float:
-        """Retract: free the request's KV and append it to the queue's tail."""
+        """Retract: free the request's KV and append it to the queue's tail; its prefix stays
+        in the radix tree, unlocked and not accessed (``release_kv_cache(is_insert=False)``)."""
         rid, computed, tokens, held = self.running.pop(row)
-        self.release_blocks(rid, held)
+        cache = self.pool.cache
+        self.pool.free += held - (0 if cache is None else cache.release(rid))
         self.records.num_preemptions[rid] += 1
         self.records.recomputed_tokens[rid] += computed
         self.waiting.push(rid, num_tokens=tokens)
         return 0.0
+
+    def release_blocks(self, rid: int, held: int) -> None:
+        """A finished request frees its KV; with the radix tree it inserts its sequence there
+        (``cache_finished_req``), so its path is accessed now (output tokens are not hashed:
+        only its prompt entries stay cached)."""
+        cache = self.pool.cache
+        if cache is None:
+            self.pool.free += held
+            return
+        assert isinstance(cache, RadixCache)
+        self.pool.free += held - cache.release(rid, touch=True)
 
     def _reestimate_ratio(self) -> None:
         run = self.running
