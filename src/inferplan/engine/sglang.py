@@ -1,4 +1,5 @@
-"""SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction.
+"""SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction,
+radix cache.
 
 Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/scheduler.py``,
 ``schedule_policy.py`` ``PrefillAdder``, ``schedule_batch.py`` ``retract_decode``):
@@ -18,16 +19,29 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   after every decode step without a retraction down to 0.098, and is reset to 0.7 when the
   engine goes idle. ``max_new`` is the request's output length (``max_tokens``, EOS ignored).
 - **Decode.** Every running request decodes one token; KV is paged per token (page size 1).
-- **Retraction** when a decode step lacks slots: running requests retract fewest-generated
-  first (ties: longest prompt) until the rest fit; each frees its KV and joins the *tail* of
-  the queue, to re-prefill prompt + generated tokens later. The ratio is then re-estimated as
-  ``min(1, (sum generated + 20 n) / (sum max_new + 1))`` over the ``n`` requests left.
+- **Retraction** (``schedule_batch.py`` ``retract_decode``, ``scheduler.py``
+  ``update_running_batch``) when a decode step lacks slots (``check_decode_mem``: free plus
+  evictable radix tokens below one per request): running requests retract fewest-generated
+  first (ties: longest prompt, then the latest admitted) until the free tokens cover
+  ``RETRACT_DECODE_STEPS`` (20, ``global_config.retract_decode_steps``) decode steps of those
+  left, at least one and never the last one; each frees its KV (its prompt stays in the radix
+  tree, unlocked) and joins the *tail* of the queue, to re-prefill prompt + generated tokens
+  past its cache hit later. The ratio is then re-estimated as ``min(1, (sum generated + 20 n) /
+  (sum max_new + 1))`` over the ``n`` requests left, and decays from there. A last request that
+  still lacks a slot (SGLang aborts it) is retracted too and waits for room.
+- **Radix cache** (``memory/radixcache.py``, on by default; ``--no-enable-prefix-caching`` is
+  SGLang's ``--disable-radix-cache``): on admission the head's prefix hit (whole hash entries,
+  up to its prompt less one token) is locked and counted in ``cached_tokens``; the admission
+  test charges the tokens left to compute, the clipped output and the hit's evictable tokens
+  that locking takes (free and evictable tokens both count as free); the entries a round's
+  chunks compute are inserted after the round's admissions, so requests admitted together do
+  not share a new prefix; a finished request's path is accessed (its output is not hashed).
 
-Not emulated: the radix cache (the published workloads have no shared prefixes, and prompts
-are matched only on full prefixes), the overlap scheduler's one-step lag (its effect on time
-is in the fitted host costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and the
-LPM policy. The ratio is kept as ``(base, decode steps since base)`` so that a closed-form
-stretch of ``k`` decode steps and ``k`` exact steps reach the same value bit for bit.
+Not emulated: the overlap scheduler's one-step lag (its effect on time is in the fitted host
+costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, the LPM policy (SGLang 0.5.4's
+default is ``fcfs``), and token-granular hits (hashes are per entry). The ratio is kept as
+``(base, decode steps since base)`` so that a closed-form stretch of ``k`` decode steps and
+``k`` exact steps reach the same value bit for bit.
 """
 
 from __future__ import annotations
@@ -43,7 +57,7 @@ CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
 INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # decay steps 600
-RETRACT_DECODE_STEPS = 20  # global_config.retract_decode_steps
+RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps (SGLang 0.5.4)
 SCAN_STEPS = 256  # decode steps a stretch looks ahead for the next admission
 
 
