@@ -18,6 +18,13 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   ones a decaying share of theirs. The ratio starts at 0.7, falls by ``(0.7 - 0.098) / 600``
   after every decode step without a retraction down to 0.098, and is reset to 0.7 when the
   engine goes idle. ``max_new`` is the request's output length (``max_tokens``, EOS ignored).
+- **A full batch is not retried** (``scheduler.py`` ``get_new_batch_prefill``,
+  ``running_batch.batch_is_full``): an admission that fails for want of tokens
+  (``AddReqResult.NO_TOKEN``) or of running slots (``max_running_requests``) marks the batch
+  full, and no prefill is formed (bar the chunked request's next chunk) until the running batch
+  shrinks: ``update_running_batch`` filters finished requests (the step after they finish, which
+  still decodes) or retracts. So the decaying ratio admits the queue head only when that retry
+  comes, not at the decode step where the head would first pass.
 - **Decode.** Every running request decodes one token; KV is paged per token (page size 1).
 - **Retraction** (``schedule_batch.py`` ``retract_decode``, ``scheduler.py``
   ``update_running_batch``) when a decode step lacks slots (``check_decode_mem``: free plus
@@ -58,7 +65,6 @@ INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # decay steps 600
 RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps (SGLang 0.5.4)
-SCAN_STEPS = 256  # decode steps a stretch looks ahead for the next admission
 
 
 class SglangScheduler(Scheduler):
@@ -75,6 +81,13 @@ class SglangScheduler(Scheduler):
     ratio_steps = 0
     queue_was_empty = True
     retracted = False
+    # SGLang's ``running_batch.batch_is_full``: set when an admission fails for want of tokens
+    # or running slots; no prefill is tried again (bar the chunked request's) until the running
+    # batch shrinks (a finish or a retraction), as ``update_running_batch`` sees it; and the
+    # batch size that step ran with (its finishes shrink the batch the next step sees).
+    batch_is_full = False
+    batch_size_seen = 0
+    scheduled = False  # ``schedule`` ran since the last ``note_steps`` (else: a stretch)
 
     def ratio_after(self, steps: int | np.ndarray) -> float | np.ndarray:
         """The new-token ratio after ``steps`` more decode steps without a retraction (one
@@ -85,16 +98,45 @@ class SglangScheduler(Scheduler):
     # ---- the verb -----------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepDecision:
-        if not len(self.running) and self.queue_was_empty:  # idle since the last step: reset
+        run = self.running
+        self.scheduled = True
+        if not len(run) and self.queue_was_empty:  # idle since the last step: reset
             self.ratio_base, self.ratio_steps = INIT_NEW_TOKEN_RATIO, 0
         self.queue_was_empty = not len(self.waiting)
         self.retracted = False
-        prefill = self._prefill_step(now)
-        if prefill is not None:
-            return prefill
-        return self._decode_step()
+        if not len(run):  # an empty batch is never full (SGLang: after an idle iteration)
+            self.batch_is_full = False
+        if not self.batch_is_full or self._has_chunk():
+            prefill = self._prefill_step(now)
+            if prefill is not None:
+                self.batch_size_seen = len(run) - self._finishing(prefill.sched)
+                return prefill
+        if len(run) < self.batch_size_seen:  # ``update_running_batch``: finished rows left
+            self.batch_is_full = False
+        decision = self._decode_step()
+        self.batch_size_seen = len(run)
+        return decision
+
+    def _has_chunk(self) -> bool:
+        """The chunked request is still prefilling (a full batch does not stop it)."""
+        run = self.running
+        decoding = (run.num_tokens - run.num_computed == 1) & (run.num_generated > 0)
+        return not bool(decoding.all())
+
+    def _finishing(self, sched: np.ndarray) -> int:
+        """Rows that finish in this prefill step (one output token): SGLang filters them
+        before the batch joins the running one."""
+        run = self.running
+        done = (run.num_computed + sched == run.num_tokens) & (run.num_generated + 1 >= run.target)
+        return int(np.count_nonzero(done & (sched > 0)))
 
     def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
+        if not self.scheduled and len(self.waiting):
+            # A closed-form stretch: it runs only while the head cannot join, so its first
+            # step's admission attempt failed and the batch is full from there on (no
+            # finish or retraction inside a stretch unlatches it). Nothing is left to scan.
+            self.batch_is_full = True
+        self.scheduled = False
         self.queue_was_empty = not len(self.waiting)
         if not prefill_only and not self.retracted:
             self.ratio_steps += num_steps
@@ -186,9 +228,13 @@ class SglangScheduler(Scheduler):
         run = self.running
         base = self.available_blocks()  # the running requests' reservation, before any joins
         reserved = 0
-        while len(self.waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
+        while len(self.waiting) and budget > 0:
+            if len(run) >= self.cfg.max_num_seqs:
+                self.batch_is_full = True  # no running slot left
+                break
             chunk = self.head_chunk(budget, base - reserved)
             if chunk is None:
+                self.batch_is_full = True  # ``AddReqResult.NO_TOKEN``
                 break
             tokens, hit, need = self._need()
             rid = self.waiting.pop()
@@ -219,28 +265,13 @@ class SglangScheduler(Scheduler):
 
     def head_can_join(self) -> bool:
         """Whether the next step is a prefill: the queue head passes admission now (the
-        stretch runs only while it does not, and stops where it would)."""
+        stretch runs only while it does not, and stops where it would). A full batch that
+        shrank is unlatched by the next step's ``schedule``: that step is taken exactly."""
+        if self.batch_is_full:
+            return len(self.running) < self.batch_size_seen
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
         return self.head_chunk(self.cfg.max_num_batched_tokens, self.available_blocks()) is not None
-
-    def steps_to_scheduling_point(self) -> int | None:
-        """Decode steps until the queue head passes admission as the reservations and the
-        ratio shrink and the pool fills, at most ``SCAN_STEPS`` (None: nothing waits or the
-        batch is full); the stretch stops there, where SGLang's next step is a prefill."""
-        run = self.running
-        if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
-            return None
-        _, _, need = self._need()  # the hit's eviction leaves it alone (``RadixCache.hit_keys``)
-        horizon = min(int((run.target - run.num_generated).min()), SCAN_STEPS)
-        steps = np.arange(1, horizon + 1)
-        grown = self.pool.blocks_for(run.num_computed[None, :] + steps[:, None])
-        free = self.pool.free - (grown - run.held_blocks[None, :]).sum(axis=1)
-        generated = run.num_generated[None, :] + steps[:, None]
-        left = np.minimum(np.maximum(run.target[None, :] - generated, 0), CLIP_MAX_NEW_TOKENS)
-        rem = self.free_tokens(free) - self.ratio_after(steps) * left.sum(axis=1).astype(float)
-        fits = np.flatnonzero(need <= np.ceil(rem) - 1)
-        return int(steps[fits[0]]) if len(fits) else horizon
 
     # ---- decode and retraction -----------------------------------------------------------------
 
@@ -267,6 +298,7 @@ class SglangScheduler(Scheduler):
             if self.free_tokens(self.pool.free) >= RETRACT_DECODE_STEPS * len(run):
                 break
         self.retracted = True
+        self.batch_is_full = False  # the batch shrank
         self._reestimate_ratio()
 
     def victim_row(self) -> int:
