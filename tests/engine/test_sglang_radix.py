@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from inferplan.cli import main
 from inferplan.cli_flags import build_memory_plan
+from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.sglang import RETRACT_DECODE_STEPS, SglangScheduler
+from inferplan.engine.sglang_lpm import lpm_order
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.radixcache import RadixCache
 from inferplan.metrics.records import RequestStatus
@@ -38,7 +40,11 @@ def _model() -> StepTimeModel:
 
 
 def _replica(
-    prompts: list[int], outputs: list[int], chains: tuple[tuple[int, ...], ...], blocks: int
+    prompts: list[int],
+    outputs: list[int],
+    chains: tuple[tuple[int, ...], ...],
+    blocks: int,
+    policy: str = "fcfs",
 ) -> Replica:
     """A page-size-1 SGLang replica whose requests carry ``chains`` of 16-token entries."""
     cfg = SchedulerConfig(
@@ -49,7 +55,7 @@ def _replica(
         scheduler="sglang",
         enable_prefix_caching=True,
     )
-    replica = replica_at_zero(prompts, outputs, cfg, _model())
+    replica = replica_at_zero(prompts, outputs, cfg, _model(), WaitingQueue(policy, None))
     n = len(prompts)
     zeros = np.zeros(n, dtype=np.int64)
     records = replace(replica.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy())
@@ -151,10 +157,37 @@ def test_a_retracted_request_hits_its_own_prompt_when_it_comes_back() -> None:
     assert rec.cached_tokens is not None and rec.cached_tokens.tolist() == [0, 64]
 
 
+def test_lpm_admits_the_longest_match_first_and_fcfs_the_oldest() -> None:
+    """Request 0 finishes and leaves 1-2-3-4 cached. Then 1 (no match), 2 (2 entries) and 3 (4
+    entries) wait; lpm sorts them 3, 2, 1 (fcfs keeps 1, 2, 3)."""
+    chains = ((1, 2, 3, 4, 5), (9,), (1, 2, 7), (1, 2, 3, 4, 8))
+    for policy, order in (("lpm", [3, 2, 1]), ("fcfs", [1, 2, 3])):
+        replica = _replica([84, 20, 40, 84], [1, 2, 2, 2], chains, 10_000, policy=policy)
+        replica.add_request(0)
+        _drain(replica)
+        for rid in (1, 2, 3):
+            replica.add_request(rid)
+        sched = replica.scheduler
+        assert isinstance(sched, SglangScheduler)
+        sched._sort_waiting()
+        assert replica.waiting.in_order() == order
+
+
+def test_lpm_in_batch_duplicates_wait_behind_the_first() -> None:
+    """No match in the tree; 0 and 2 share two entries (32 tokens): 2 goes last so that 0
+    caches the prefix first (SGLang's in-batch prefix caching)."""
+    order = lpm_order([0, 1, 2, 3], [0, 0, 0, 48], [(1, 2, 3), (5,), (1, 2, 6), (7, 8, 9)], 16)
+    assert order == [3, 0, 1, 2]
+    # One shared entry (16 tokens) is below the 32-token threshold: nobody is deprioritized.
+    assert lpm_order([0, 1], [0, 0], [(1, 2), (1, 3)], 16) == [0, 1]
+
+
 # ---- whole runs ---------------------------------------------------------------------------
 
 
-def _config(wl: Workload, spare: int, budget: int, dp: int, *, exact: bool) -> SimulationConfig:
+def _config(
+    wl: Workload, spare: int, budget: int, dp: int, *, exact: bool, policy: str = "fcfs"
+) -> SimulationConfig:
     longest = int((wl.input_tokens + wl.output_tokens).max())
     sched = SchedulerConfig(
         max_num_batched_tokens=budget,
@@ -164,7 +197,9 @@ def _config(wl: Workload, spare: int, budget: int, dp: int, *, exact: bool) -> S
         scheduler="sglang",
         enable_prefix_caching=True,
     )
-    return SimulationConfig(sched, longest, data_parallel_size=dp, exact=exact)
+    return SimulationConfig(
+        sched, longest, data_parallel_size=dp, exact=exact, scheduling_policy=policy
+    )
 
 
 def _run(wl: Workload, cfg: SimulationConfig) -> SimulationResult:
@@ -192,10 +227,12 @@ def _assert_same(f: SimulationResult, e: SimulationResult) -> None:
     dp=st.sampled_from([1, 1, 2]),
     rate=st.sampled_from([5.0, 50.0, math.inf]),
     seed=st.integers(0, 1000),
+    policy=st.sampled_from(["fcfs", "lpm"]),
 )
 def test_fast_equals_exact_on_shared_prefixes(
-    prefix: int, groups: int, spare: int, budget: int, dp: int, rate: float, seed: int
-) -> None:
+    prefix: int, groups: int, spare: int, budget: int, dp: int, rate: float, seed: int,
+    policy: str,
+) -> None:  # fmt: skip
     base = build_workload(
         "random",
         num_prompts=40,
@@ -206,15 +243,20 @@ def test_fast_equals_exact_on_shared_prefixes(
         seed=seed,
     )
     wl = with_shared_prefix(base, prefix, groups, seed)
-    fast = _run(wl, _config(wl, spare, budget, dp, exact=False))
-    exact = _run(wl, _config(wl, spare, budget, dp, exact=True))
+    fast = _run(wl, _config(wl, spare, budget, dp, exact=False, policy=policy))
+    exact = _run(wl, _config(wl, spare, budget, dp, exact=True, policy=policy))
     _assert_same(fast, exact)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spare=st.integers(0, 300), num_sessions=st.integers(1, 6), seed=st.integers(0, 1000))
+@given(
+    spare=st.integers(0, 300),
+    num_sessions=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+    policy=st.sampled_from(["fcfs", "lpm"]),
+)
 def test_fast_equals_exact_on_conversation_sessions(
-    spare: int, num_sessions: int, seed: int
+    spare: int, num_sessions: int, seed: int, policy: str
 ) -> None:
     rng = np.random.default_rng(seed)
     n = 36
@@ -236,8 +278,8 @@ def test_fast_equals_exact_on_conversation_sessions(
         prefix_hashes=session_hashes(list(sessions), ins, outs),
         prefix_block_tokens=HASH_BLOCK_TOKENS,
     )
-    fast = _run(wl, _config(wl, spare, 256, 1, exact=False))
-    exact = _run(wl, _config(wl, spare, 256, 1, exact=True))
+    fast = _run(wl, _config(wl, spare, 256, 1, exact=False, policy=policy))
+    exact = _run(wl, _config(wl, spare, 256, 1, exact=True, policy=policy))
     _assert_same(fast, exact)
 
 
@@ -255,3 +297,9 @@ def test_radix_cache_is_on_by_default_and_off_with_the_flag(
     assert '"prefix_cache_hit_rate"' in out and '"prefix_cache_hit_rate": null' not in out
     assert main([*prefix, "--no-enable-prefix-caching"]) == 0
     assert '"prefix_cache_hit_rate"' not in capsys.readouterr().out
+    assert main([*prefix, "--scheduling-policy", "lpm"]) == 0
+    capsys.readouterr()
+    vllm = [*run[:5], "--engine", "vllm", *run[7:]]
+    assert main([*vllm, "--scheduling-policy", "lpm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "--scheduling-policy lpm" in err and "sglang" in err

@@ -62,10 +62,15 @@ class ServingOptions:
                 f"--scheduler {self.scheduler}: --engine sglang runs SGLang's own scheduler; "
                 "drop --scheduler (or use --engine vllm)"
             )
-        if self.engine == "sglang" and self.scheduling_policy != "fcfs":
+        if self.engine == "sglang" and self.scheduling_policy not in ("fcfs", "lpm"):
             raise InferplanError(
                 f"--scheduling-policy {self.scheduling_policy}: SGLang's scheduler is emulated "
-                "first-come-first-served only (fcfs)"
+                "with fcfs (its default) or lpm (its --schedule-policy lpm)"
+            )
+        if self.engine != "sglang" and self.scheduling_policy == "lpm":
+            raise InferplanError(
+                "--scheduling-policy lpm: SGLang's longest-prefix-match policy; needs "
+                "--engine sglang"
             )
         if self.engine not in ENGINE_SCHEDULERS:
             raise InferplanError(

@@ -45,8 +45,9 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   not share a new prefix; a finished request's path is accessed (its output is not hashed).
 
 Not emulated: the overlap scheduler's one-step lag (its effect on time is in the fitted host
-costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, the LPM policy (SGLang 0.5.4's
-default is ``fcfs``), and token-granular hits (hashes are per entry). The ratio is kept as
+costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and token-granular hits (hashes
+are per entry). ``--scheduling-policy lpm`` sorts the queue as SGLang's ``lpm`` does before
+each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The ratio is kept as
 ``(base, decode steps since base)`` so that a closed-form stretch of ``k`` decode steps and
 ``k`` exact steps reach the same value bit for bit.
 """
@@ -58,6 +59,7 @@ import math
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler, StepDecision
+from inferplan.engine.sglang_lpm import LPM_MAX_WAITING, lpm_order
 from inferplan.memory.radixcache import RadixCache
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
@@ -131,11 +133,12 @@ class SglangScheduler(Scheduler):
         return int(np.count_nonzero(done & (sched > 0)))
 
     def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
-        if not self.scheduled and len(self.waiting):
+        if not self.scheduled:
             # A closed-form stretch: it runs only while the head cannot join, so its first
             # step's admission attempt failed and the batch is full from there on (no
             # finish or retraction inside a stretch unlatches it). Nothing is left to scan.
-            self.batch_is_full = True
+            self.batch_is_full = self.batch_is_full or bool(len(self.waiting))
+            self.batch_size_seen = len(self.running)  # its steps ran with this batch
         self.scheduled = False
         self.queue_was_empty = not len(self.waiting)
         if not prefill_only and not self.retracted:
@@ -144,8 +147,25 @@ class SglangScheduler(Scheduler):
 
     # ---- prefill ------------------------------------------------------------------------------
 
+    def _sort_waiting(self) -> None:
+        """``--scheduling-policy lpm`` (SGLang's ``lpm``, ``sglang_lpm.py``): sort the queue
+        for this round; without a radix cache SGLang runs ``fcfs``."""
+        waiting, cache = self.waiting, self.pool.cache
+        if waiting.policy != "lpm" or cache is None or not 1 < len(waiting) <= LPM_MAX_WAITING:
+            return
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        ids = waiting.in_order()
+        hits, chains = [], []
+        for rid in ids:
+            tokens = waiting.tokens[rid]
+            hits.append(self.prefix_hit(rid, tokens)[0])
+            entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
+            chains.append(cache.hashes[rid][: max(entries, 0)])
+        waiting.reorder(lpm_order(ids, hits, chains, entry_tokens))
+
     def _prefill_step(self, now: float) -> StepDecision | None:
         """The chunked request's next chunk and the admissions behind it, or None."""
+        self._sort_waiting()
         run, budget = self.running, self.cfg.max_num_batched_tokens
         sched = np.zeros(len(run), dtype=np.int64)
         decoding = (run.num_tokens - run.num_computed == 1) & (run.num_generated > 0)
@@ -271,6 +291,7 @@ class SglangScheduler(Scheduler):
             return len(self.running) < self.batch_size_seen
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
+        self._sort_waiting()  # the order the next round would see (sorting again is a no-op)
         return self.head_chunk(self.cfg.max_num_batched_tokens, self.available_blocks()) is not None
 
     # ---- decode and retraction -----------------------------------------------------------------
