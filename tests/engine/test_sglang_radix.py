@@ -18,7 +18,7 @@ from inferplan.cli import main
 from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig
-from inferplan.engine.sglang import RETRACT_DECODE_STEPS, SglangScheduler
+from inferplan.engine.sglang import RETRACT_DECODE_STEPS, SglangScheduler, new_token_ratios
 from inferplan.engine.sglang_lpm import lpm_order
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.radixcache import RadixCache
@@ -303,3 +303,40 @@ def test_radix_cache_is_on_by_default_and_off_with_the_flag(
     assert main([*vllm, "--scheduling-policy", "lpm"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "--scheduling-policy lpm" in err and "sglang" in err
+
+
+def test_schedule_conservativeness_scales_the_ratio_as_sglang_does() -> None:
+    assert new_token_ratios(1.0) == pytest.approx((0.7, 0.098, 0.602 / 600))
+    assert new_token_ratios(0.5) == pytest.approx((0.35, 0.049, 0.301 / 600))
+    assert new_token_ratios(2.0) == pytest.approx((1.0, 0.14, 0.86 / 600))  # init capped at 1
+
+
+@pytest.mark.parametrize(("conservativeness", "joins"), [(1.0, False), (0.5, True)])
+def test_a_less_conservative_ratio_admits_sooner(conservativeness: float, joins: bool) -> None:
+    """A (100 + 1000) runs one decode step; then B (100 + 1150) arrives: free 1899 tokens less
+    ratio * A's 998 left: 1201.4 < 1250 at the default ratio (0.7 - D), 1550.2 at half."""
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=8192,
+        max_num_seqs=64,
+        block_size=1,
+        num_blocks=2000,
+        scheduler="sglang",
+        schedule_conservativeness=conservativeness,
+    )
+    replica = replica_at_zero([100, 100], [1000, 1150], cfg, _model())
+    replica.add_request(0)
+    assert _step(replica) == [100, 0]
+    assert _step(replica) == [1, 0]
+    replica.add_request(1)
+    assert _step(replica) == ([0, 100] if joins else [1, 0])
+
+
+def test_schedule_conservativeness_flag_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--model", "Llama-3.1-8B", "--gpu", "h100", "--num-prompts", "5"]
+    assert main([*base, "--engine", "sglang", "--schedule-conservativeness", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "--schedule-conservativeness" in err and "> 0" in err
+    assert main([*base, "--engine", "vllm", "--schedule-conservativeness", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "--engine sglang" in err
+    assert main([*base, "--engine", "sglang", "--schedule-conservativeness", "0.5", "--json"]) == 0

@@ -62,6 +62,7 @@ class SchedulerConfig:
     kv_groups: tuple[KvGroup, ...] = FULL_ATTENTION
     enable_prefix_caching: bool = False  # vLLM v1's automatic prefix caching
     kv_tiers: OffloadConfig | None = None  # KV tiers below HBM (``engine/offload.py``)
+    schedule_conservativeness: float = 1.0  # SGLang: scales its new-token ratio (``sglang.py``)
 
 
 def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:

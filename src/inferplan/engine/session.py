@@ -44,6 +44,8 @@ class ServingOptions:
     # KV tiers below HBM (``memory/tiers.py``, ``engine/offload.py``); empty: none.
     kv_tiers: tuple[TierRequest, ...] = ()
     kv_eviction_cap_bytes_s: float | None = None
+    # SGLang's ``--schedule-conservativeness`` (its new-token ratio's scale); None: 1.
+    schedule_conservativeness: float | None = None
 
     @property
     def prefix_caching(self) -> bool:
@@ -103,11 +105,23 @@ class ServingOptions:
             )
         if self.admission is not None:
             self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
+        self._check_conservativeness()
         self._check_kv_tiers()
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
             )
+
+    def _check_conservativeness(self) -> None:
+        value = self.schedule_conservativeness
+        if value is None:
+            return
+        if self.engine != "sglang":
+            raise InferplanError(
+                "--schedule-conservativeness: SGLang's flag; needs --engine sglang"
+            )
+        if not 0 < value < float("inf"):
+            raise InferplanError(f"--schedule-conservativeness: must be > 0, got {value}")
 
     def _check_kv_tiers(self) -> None:
         if self.kv_eviction_cap_bytes_s is not None and not self.kv_tiers:
@@ -180,6 +194,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         kv_groups=layout.groups,
         enable_prefix_caching=options.prefix_caching,
         kv_tiers=offload_config(plan, options, layout.block_bytes) if options.kv_tiers else None,
+        schedule_conservativeness=options.schedule_conservativeness or 1.0,
     )
     return SimulationConfig(
         scheduler=scheduler,

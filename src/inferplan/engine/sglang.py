@@ -17,7 +17,9 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   (prompt_left + clip(max_new))``: new requests reserve their whole (clipped) output, running
   ones a decaying share of theirs. The ratio starts at 0.7, falls by ``(0.7 - 0.098) / 600``
   after every decode step without a retraction down to 0.098, and is reset to 0.7 when the
-  engine goes idle. ``max_new`` is the request's output length (``max_tokens``, EOS ignored).
+  engine goes idle (``--schedule-conservativeness c`` starts it at ``min(0.7 c, 1)``, floor
+  and decay scaled alike: ``new_token_ratios``). ``max_new`` is the request's output length
+  (``max_tokens``, EOS ignored).
 - **A full batch is not retried** (``scheduler.py`` ``get_new_batch_prefill``,
   ``running_batch.batch_is_full``): an admission that fails for want of tokens
   (``AddReqResult.NO_TOKEN``) or of running slots (``max_running_requests``) marks the batch
@@ -55,6 +57,7 @@ each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The r
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -63,9 +66,25 @@ from inferplan.engine.sglang_lpm import LPM_MAX_WAITING, lpm_order
 from inferplan.memory.radixcache import RadixCache
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
-INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # decay steps 600
+# SGLang 0.5.4 ``global_config.py``: default_init_new_token_ratio 0.7,
+# default_min_new_token_ratio_factor 0.14, default_new_token_ratio_decay_steps 600; its
+# scheduler scales the first by ``--schedule-conservativeness`` (``new_token_ratios``).
+BASE_INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+def new_token_ratios(conservativeness: float) -> tuple[float, float, float]:
+    """(init, floor, decay per decode step) of the ratio (``scheduler.py`` ``__init__``:
+    ``init = min(0.7 * conservativeness, 1)``, ``floor = min(init * 0.14, 1)``, ``decay =
+    (init - floor) / 600``)."""
+    init = min(BASE_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    floor = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    return init, floor, (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+
+# The default ``--schedule-conservativeness 1``.
+INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = new_token_ratios(1.0)
 RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps (SGLang 0.5.4)
 
 
@@ -91,11 +110,18 @@ class SglangScheduler(Scheduler):
     batch_size_seen = 0
     scheduled = False  # ``schedule`` ran since the last ``note_steps`` (else: a stretch)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ratio_init, self.ratio_floor, self.ratio_decay = new_token_ratios(
+            self.cfg.schedule_conservativeness
+        )
+        self.ratio_base = self.ratio_init
+
     def ratio_after(self, steps: int | np.ndarray) -> float | np.ndarray:
         """The new-token ratio after ``steps`` more decode steps without a retraction (one
         formula for exact steps and stretches, so both reach the same float)."""
-        decayed = self.ratio_base - (self.ratio_steps + steps) * NEW_TOKEN_RATIO_DECAY
-        return np.maximum(decayed, MIN_NEW_TOKEN_RATIO)
+        decayed = self.ratio_base - (self.ratio_steps + steps) * self.ratio_decay
+        return np.maximum(decayed, self.ratio_floor)
 
     # ---- the verb -----------------------------------------------------------------------------
 
@@ -103,7 +129,7 @@ class SglangScheduler(Scheduler):
         run = self.running
         self.scheduled = True
         if not len(run) and self.queue_was_empty:  # idle since the last step: reset
-            self.ratio_base, self.ratio_steps = INIT_NEW_TOKEN_RATIO, 0
+            self.ratio_base, self.ratio_steps = self.ratio_init, 0
         self.queue_was_empty = not len(self.waiting)
         self.retracted = False
         if not len(run):  # an empty batch is never full (SGLang: after an idle iteration)
