@@ -102,6 +102,22 @@ def test_requests_admitted_in_one_round_do_not_share_a_new_prefix() -> None:
     assert cache is not None and cache.shared_blocks == 4 * 16  # entries 1-4 locked twice
 
 
+def test_a_finished_request_inserts_its_output_when_the_hashes_cover_it() -> None:
+    """Turn 1: 32-token prompt (entries 1, 2), 40 outputs (entries 3, 4 full once computed);
+    turn 2's prompt is turn 1's context + 20 new tokens. Its hit covers turn 1's output."""
+    replica = _replica([32, 92], [40, 2], ((1, 2, 3, 4), (1, 2, 3, 4, 5)), 10_000)
+    cache = replica.pool.cache
+    assert cache is not None
+    cache.covers_output = True
+    replica.add_request(0)
+    _drain(replica)
+    assert set(cache.refs) == {1, 2, 3, 4}  # 71 computed tokens: four full entries
+    replica.add_request(1)
+    assert _step(replica) == [0, 92 - 64]
+    cached = replica.records.cached_tokens
+    assert cached is not None and cached.tolist() == [0, 64]
+
+
 def test_the_hit_lock_counts_in_the_admission_test() -> None:
     """A finished request leaves 5 entries (80 tokens) cached-free. The head hits 4 of them:
     it needs 84 - 64 + 10 = 30 tokens, and locking its hit takes 64 evictable tokens."""
@@ -254,10 +270,13 @@ def test_fast_equals_exact_on_shared_prefixes(
     num_sessions=st.integers(1, 6),
     seed=st.integers(0, 1000),
     policy=st.sampled_from(["fcfs", "lpm"]),
+    cover_output=st.booleans(),
 )
 def test_fast_equals_exact_on_conversation_sessions(
-    spare: int, num_sessions: int, seed: int, policy: str
+    spare: int, num_sessions: int, seed: int, policy: str, cover_output: bool
 ) -> None:
+    """Turns of conversations; with ``cover_output`` (as a session trace gives) a finished
+    turn inserts its output entries too, which the next turn hits."""
     rng = np.random.default_rng(seed)
     n = 36
     sessions = [str(s) for s in rng.integers(0, num_sessions, size=n)]
@@ -277,6 +296,7 @@ def test_fast_equals_exact_on_conversation_sessions(
         class_ids=np.zeros(n, dtype=np.int64),
         prefix_hashes=session_hashes(list(sessions), ins, outs),
         prefix_block_tokens=HASH_BLOCK_TOKENS,
+        prefix_hashes_cover_output=cover_output,
     )
     fast = _run(wl, _config(wl, spare, 256, 1, exact=False, policy=policy))
     exact = _run(wl, _config(wl, spare, 256, 1, exact=True, policy=policy))

@@ -80,9 +80,11 @@ def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | 
     hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)
     kv_blocks = entry_tokens // cfg.block_size
     if radix:
-        return RadixCache(hashes, kv_blocks) if cfg.kv_groups == FULL_ATTENTION else None
-    if cfg.kv_groups == FULL_ATTENTION:
-        cache: PrefixCache | None = PrefixCache(hashes, kv_blocks)
+        cache: PrefixCache | None = (
+            RadixCache(hashes, kv_blocks) if cfg.kv_groups == FULL_ATTENTION else None
+        )
+    elif cfg.kv_groups == FULL_ATTENTION:
+        cache = PrefixCache(hashes, kv_blocks)
     else:
         cache = windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
     if cache is not None:

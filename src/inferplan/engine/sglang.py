@@ -44,7 +44,8 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   test charges the tokens left to compute, the clipped output and the hit's evictable tokens
   that locking takes (free and evictable tokens both count as free); the entries a round's
   chunks compute are inserted after the round's admissions, so requests admitted together do
-  not share a new prefix; a finished request's path is accessed (its output is not hashed).
+  not share a new prefix; a finished request inserts its sequence (its output entries where
+  the hashes cover them, as session traces' do) and its path is accessed.
 
 Not emulated: the overlap scheduler's one-step lag (its effect on time is in the fitted host
 costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and token-granular hits (hashes
@@ -185,7 +186,8 @@ class SglangScheduler(Scheduler):
         for rid in ids:
             tokens = waiting.tokens[rid]
             hits.append(self.prefix_hit(rid, tokens)[0])
-            entries = min(int(self.prompt_tokens[rid]), tokens - 1) // entry_tokens
+            hashed = int(self._hashed_tokens(np.array([rid]))[0])
+            entries = min(hashed, tokens - 1) // entry_tokens
             chains.append(cache.hashes[rid][: max(entries, 0)])
         waiting.reorder(lpm_order(ids, hits, chains, entry_tokens))
 
@@ -220,10 +222,18 @@ class SglangScheduler(Scheduler):
         cache, run = self.pool.cache, self.running
         assert isinstance(cache, RadixCache)
         entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        prompt = self.prompt_tokens[run.ids]
-        for row in np.flatnonzero((sched > 0) & (run.num_computed < prompt)):
-            end = min(int(run.num_computed[row] + sched[row]), int(prompt[row]))
+        hashed = self._hashed_tokens(run.ids)
+        for row in np.flatnonzero((sched > 0) & (run.num_computed < hashed)):
+            end = min(int(run.num_computed[row] + sched[row]), int(hashed[row]))
             self.pool.free += cache.insert(int(run.ids[row]), end // entry_tokens)
+
+    def _hashed_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Tokens the hashes cover: the prompt, and the output too where they go on past it
+        (session traces: a retracted request's re-prefill inserts its generated entries)."""
+        cache = self.pool.cache
+        assert cache is not None
+        hashed = self.prompt_tokens[ids]
+        return hashed + self.target_tokens[ids] if cache.covers_output else hashed
 
     def free_tokens(self, free_blocks: int | np.ndarray) -> int | np.ndarray:
         """Tokens ``free_blocks`` pool blocks hold (SGLang counts tokens; its page is 1 token
@@ -367,15 +377,19 @@ class SglangScheduler(Scheduler):
         self.waiting.push(rid, num_tokens=tokens)
         return 0.0
 
-    def release_blocks(self, rid: int, held: int) -> None:
+    def release_blocks(self, rid: int, held: int, computed: int | None = None) -> None:
         """A finished request frees its KV; with the radix tree it inserts its sequence there
-        (``cache_finished_req``), so its path is accessed now (output tokens are not hashed:
-        only its prompt entries stay cached)."""
+        (``cache_finished_req``: the full entries of its ``computed`` tokens where the hashes
+        cover the output, as session traces' do; its prompt's otherwise), so its path is
+        accessed now."""
         cache = self.pool.cache
         if cache is None:
             self.pool.free += held
             return
         assert isinstance(cache, RadixCache)
+        if cache.covers_output and computed is not None:
+            entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+            self.pool.free += cache.insert(rid, computed // entry_tokens)
         self.pool.free += held - cache.release(rid, touch=True)
 
     def _reestimate_ratio(self) -> None:

@@ -74,6 +74,7 @@ class RadixCache(PrefixCache):
         request's own copy freed, as SGLang's ``cache_unfinished_req`` does; returns the
         blocks that frees beyond the cached-free ones (the caller adds them to the pool)."""
         start = self.covered.get(rid, 0)
+        entries = min(entries, len(self.hashes[rid]))
         if entries <= start:
             return 0
         chain, refs, freed = self.hashes[rid], self.refs, 0
