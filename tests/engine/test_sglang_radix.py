@@ -249,6 +249,13 @@ def test_fast_equals_exact_on_shared_prefixes(
     prefix: int, groups: int, spare: int, budget: int, dp: int, rate: float, seed: int,
     policy: str,
 ) -> None:  # fmt: skip
+    wl = _prefix_workload(prefix, groups, rate, seed)
+    fast = _run(wl, _config(wl, spare, budget, dp, exact=False, policy=policy))
+    exact = _run(wl, _config(wl, spare, budget, dp, exact=True, policy=policy))
+    _assert_same(fast, exact)
+
+
+def _prefix_workload(prefix: int, groups: int, rate: float, seed: int) -> Workload:
     base = build_workload(
         "random",
         num_prompts=40,
@@ -258,10 +265,43 @@ def test_fast_equals_exact_on_shared_prefixes(
         request_rate=rate,
         seed=seed,
     )
-    wl = with_shared_prefix(base, prefix, groups, seed)
-    fast = _run(wl, _config(wl, spare, budget, dp, exact=False, policy=policy))
-    exact = _run(wl, _config(wl, spare, budget, dp, exact=True, policy=policy))
+    return with_shared_prefix(base, prefix, groups, seed)
+
+
+def test_the_step_after_a_finish_unlatches_even_when_its_own_admission_failed() -> None:
+    """The case that caught a stretch starting right after a finish: that step's admission
+    fails and latches, but ``update_running_batch`` sees the batch shrank and unlatches, so
+    the next step retries with the ratio one decay on and admits request 39 (121 prompt
+    tokens, two 64-token chunks) before request 22 finishes. A stretch run from that step
+    kept the latch and ran 22 to its finish first (39's first token 5 ms late, 22's finish
+    11 ms early)."""
+    wl = _prefix_workload(14, 1, math.inf, 78)
+    fast = _run(wl, _config(wl, 3000, 64, 1, exact=False))
+    exact = _run(wl, _config(wl, 3000, 64, 1, exact=True))
     _assert_same(fast, exact)
+    assert (int(wl.input_tokens[39]), int(wl.output_tokens[39])) == (121, 42)
+    for result in (fast, exact):
+        assert result.records.first_token_s[39] < result.records.finish_s[22]
+
+
+def test_a_shrunk_batch_with_a_waiting_head_is_stepped_exactly() -> None:
+    """Not latched, a finish since the last step, a head that cannot join: the next step must
+    still be exact (it unlatches), while the same batch without the finish may stretch."""
+    replica = _replica([40, 40], [5, 5], ((), ()), 85)
+    sched = replica.scheduler
+    assert isinstance(sched, SglangScheduler)
+    replica.add_request(0)
+    replica.add_request(1)
+    # The first needs 40 + 5 = 45 <= 84 tokens; the second 45 > 84 - 45 (NO_TOKEN: latched).
+    assert _step(replica) == [40, 0]
+    assert sched.batch_is_full and not sched.head_can_join()
+    # Unlatched it still cannot join: 45 free less 0.7 * 5 reserved leaves 41.
+    sched.batch_is_full = False
+    assert not sched.head_can_join()  # nothing shrank: a stretch may run
+    sched.batch_size_seen = len(sched.running) + 1  # a row finished at the last step
+    assert sched.head_can_join()
+    sched.batch_is_full = True
+    assert sched.head_can_join()
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

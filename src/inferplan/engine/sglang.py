@@ -161,9 +161,10 @@ class SglangScheduler(Scheduler):
 
     def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
         if not self.scheduled:
-            # A closed-form stretch: it runs only while the head cannot join, so its first
-            # step's admission attempt failed and the batch is full from there on (no
-            # finish or retraction inside a stretch unlatches it). Nothing is left to scan.
+            # A closed-form stretch: it runs only while the head cannot join and the batch
+            # did not shrink before it (``head_can_join``), so its first step's admission
+            # attempt failed and the batch is full from there on (no finish or retraction
+            # inside a stretch unlatches it). Nothing is left to scan.
             self.batch_is_full = self.batch_is_full or bool(len(self.waiting))
             self.batch_size_seen = len(self.running)  # its steps ran with this batch
         self.scheduled = False
@@ -320,11 +321,17 @@ class SglangScheduler(Scheduler):
         cache.queried_tokens += tokens
 
     def head_can_join(self) -> bool:
-        """Whether the next step is a prefill: the queue head passes admission now (the
-        stretch runs only while it does not, and stops where it would). A full batch that
-        shrank is unlatched by the next step's ``schedule``: that step is taken exactly."""
+        """Whether the next step must be taken exactly: the queue head passes admission now
+        (the stretch runs only while it does not, and stops where it would), or the batch
+        shrank since the last step (a finish) while the batch is full or a request waits. That
+        step's ``update_running_batch`` unlatches the batch even where its own admission just
+        failed and latched it, so the step after it retries admission with the ratio one
+        decay further on, which a stretch (latched from its first step) would skip."""
+        shrank = len(self.running) < self.batch_size_seen
+        if shrank and (self.batch_is_full or len(self.waiting)):
+            return True
         if self.batch_is_full:
-            return len(self.running) < self.batch_size_seen
+            return False
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
         self._sort_waiting()  # the order the next round would see (sorting again is a no-op)
