@@ -173,6 +173,12 @@ def roofline(
 )
 @click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs", show_default=True)
 @click.option(
+    "--schedule-conservativeness",
+    type=float,
+    default=None,
+    help="--engine sglang: scales its new-token ratio (SGLang's flag; default 1)",
+)
+@click.option(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     default=None,
     help="vLLM v1 automatic prefix caching of full prompt blocks (on by default with --engine "
@@ -211,6 +217,7 @@ def simulate(
     num_scheduler_steps: int,
     preemption_mode: str,
     scheduling_policy: str,
+    schedule_conservativeness: float | None,
     enable_prefix_caching: bool | None,
     router: str,
     exact: bool,
@@ -234,6 +241,7 @@ def simulate(
         num_scheduler_steps=num_scheduler_steps,
         enable_prefix_caching=enable_prefix_caching,
         admission=admission.config(scheduling_policy, workload.seed, disagg.disaggregate),
+        schedule_conservativeness=schedule_conservativeness,
         **tiers.serving_fields(),
     )
     shapes = {

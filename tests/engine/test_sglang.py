@@ -92,22 +92,32 @@ def _rem_total(free: float, left: float, decode_steps: int) -> float:
     return free - ratio * left
 
 
-def test_new_token_ratio_decay_admits_the_head_when_hand_computation_says() -> None:
-    # A: 100-token prompt, 1000 outputs; B needs 100 + 1150 = 1250 tokens; a 2000-token pool.
-    replica = _replica([100, 100], [1000, 1150], num_blocks=2000)
-    replica.add_request(0)
-    replica.add_request(1)
-    # Step 1: A's prefill; B reserves 1250 beside A's 1100 in the same round: 1999 - 1100 < 1250.
-    assert _step(replica) == [100, 0]
-    # After j decode steps: free 1900 - j, A's remaining output 999 - j, ratio 0.7 - j*D;
-    # B joins at the first j where 1250 < rem_total.
-    expected = next(j for j in range(1000) if _rem_total(1900 - j, 999 - j, j) > 1250)
-    # 1200.7 + 0.70233 j - 0.00100333 j^2: 1249.92 at j = 79, 1250.47 at j = 80.
-    assert expected == 80
-    for _ in range(expected):
-        assert _step(replica) == [1, 0]
-    assert _step(replica) == [0, 100]
-    assert int(replica.running.num_generated[0]) == 1 + expected
+@pytest.mark.parametrize(("c_output", "joins"), [(85, True), (50, False)])
+def test_a_full_batch_retries_admission_only_after_a_finish_with_the_decayed_ratio(
+    c_output: int, joins: bool
+) -> None:
+    """A: 100-token prompt, 1000 outputs; C: 10 tokens, ``c_output`` outputs; B needs 100 +
+    1150 = 1250 tokens of a 2000-token pool. B fails in the first round (1999 - 1100 - 60 <
+    1250): the batch is full (``batch_is_full``) and no prefill is tried while the ratio
+    decays, not even where B would pass. C finishes after ``c_output - 1`` decode steps; the
+    next step decodes (the batch shrank: unlatched) and the one after retries B with A alone
+    after ``d = c_output`` decode steps: free 1900 - d, A's left 999 - d, ratio 0.7 - d*D,
+    which passes from d = 80 on (1249.92 at 79, 1250.47 at 80)."""
+    replica = _replica([100, 10, 100], [1000, c_output, 1150], num_blocks=2000)  # A, C, B
+    for rid in range(3):
+        replica.add_request(rid)
+    assert _step(replica) == [100, 10, 0]
+    assert next(j for j in range(1000) if _rem_total(1900 - j, 999 - j, j) > 1250) == 80
+    for _ in range(c_output - 1):  # B would pass from step 80 on, but the batch is full
+        assert _step(replica) == [1, 1, 0]
+    assert replica.records.status[1] == int(RequestStatus.COMPLETED)
+    assert _step(replica) == [1, 0, 0]  # unlatched by the shrink; this step still decodes
+    if joins:
+        assert _step(replica) == [0, 0, 100]
+        return
+    while replica.records.status[0] != int(RequestStatus.COMPLETED):  # retried, failed:
+        assert _step(replica)[2] == 0  # full again until A finishes
+    assert _step(replica) == [0, 0, 100]
 
 
 def test_head_waits_for_the_running_request_to_finish_when_the_ratio_never_allows() -> None:
@@ -255,10 +265,11 @@ def test_a_small_pool_retracts_and_every_request_still_completes() -> None:
 
 def test_sglang_options_refuse_what_it_does_not_do() -> None:
     with pytest.raises(InferplanError, match="--enable-prefix-caching"):
-        ServingOptions(engine="sglang", enable_prefix_caching=True)
+        ServingOptions(engine="trtllm", enable_prefix_caching=True)
     with pytest.raises(InferplanError, match="--preemption-mode swap"):
         ServingOptions(engine="sglang", preemption_mode="swap")
-    assert not ServingOptions(engine="sglang").prefix_caching
+    assert ServingOptions(engine="sglang").prefix_caching  # the radix cache: on by default
+    assert not ServingOptions(engine="sglang", enable_prefix_caching=False).prefix_caching
 
 
 def test_simulate_with_engine_sglang_runs_and_bad_flags_exit_2(
@@ -268,6 +279,7 @@ def test_simulate_with_engine_sglang_runs_and_bad_flags_exit_2(
     run = [*base, "--num-prompts", "20", "--random-input-len", "300", "--json"]
     assert main(run) == 0
     assert '"completed": 20' in capsys.readouterr().out
-    assert main([*base, "--enable-prefix-caching"]) == 2
+    trtllm = [*base[:-1], "trtllm"]
+    assert main([*trtllm, "--enable-prefix-caching"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "--enable-prefix-caching" in err

@@ -6,6 +6,8 @@ Waiting-queue policies (``--scheduling-policy``):
 - ``spf``: shortest predicted output first, then arrival; the prediction is the requested output
   length (an oracle), or with ``--length-predictor`` the predictor's point estimate
   (``workload/predict.py``); ``--spf-aging-s`` bounds starvation (``engine/aging.py``).
+- ``lpm``: SGLang's longest-prefix-match (``--engine sglang`` only): a FIFO queue that SGLang's
+  scheduler re-sorts before each admission round (``engine/sglang.py``, ``reorder``).
 Under ``priority`` and ``spf`` a preempted request re-enters by its key.
 
 Routers pick a replica for each arrival: ``round_robin`` and ``least_outstanding`` (fewest
@@ -44,7 +46,7 @@ class WaitingQueue:
 
     def push(self, rid: int, *, num_tokens: int | None = None, front: bool = False) -> None:
         self.tokens[rid] = num_tokens if num_tokens is not None else self.tokens.get(rid, 0)
-        if self.policy == "fcfs":
+        if self.policy in FIFO_POLICIES:
             if front:
                 self._fifo.appendleft(rid)
             else:
@@ -57,13 +59,22 @@ class WaitingQueue:
         self.push(rid, num_tokens=num_tokens, front=True)
 
     def peek(self) -> tuple[int, int]:
-        rid = self._fifo[0] if self.policy == "fcfs" else self._heap[0][1]
+        rid = self._fifo[0] if self.policy in FIFO_POLICIES else self._heap[0][1]
         return rid, self.tokens[rid]
 
     def pop(self) -> int:
-        rid = self._fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self._heap)[1]
+        rid = self._fifo.popleft() if self.policy in FIFO_POLICIES else heapq.heappop(self._heap)[1]
         del self.tokens[rid]
         return rid
+
+    def in_order(self) -> list[int]:
+        """A FIFO queue's ids, head first."""
+        return list(self._fifo)
+
+    def reorder(self, order: list[int]) -> None:
+        """A FIFO queue's ids in a new order (the same ids; SGLang's ``lpm`` sort)."""
+        assert self.policy in FIFO_POLICIES and sorted(order) == sorted(self._fifo)
+        self._fifo = deque(order)
 
     def age(self, now: float) -> None:
         """Timers of the queue order (none here; ``engine/aging.py`` has SPF's aging bound)."""
@@ -77,14 +88,15 @@ def policy_keys(
     policy: str, arrival_s: np.ndarray, priorities: np.ndarray | None, predicted: np.ndarray
 ) -> np.ndarray | None:
     """Sort keys per request (ties broken by request id, which follows arrival order)."""
-    if policy == "fcfs":
+    if policy in FIFO_POLICIES:
         return None
     if policy == "priority":
         return (priorities if priorities is not None else np.zeros(len(arrival_s))).astype(float)
     return predicted.astype(float)
 
 
-POLICIES = ("fcfs", "priority", "spf")
+POLICIES = ("fcfs", "priority", "spf", "lpm")
+FIFO_POLICIES = ("fcfs", "lpm")
 
 
 class HasLoad(Protocol):

@@ -31,6 +31,7 @@ from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
 from inferplan.memory.prefixcache import PrefixCache, regroup_hashes, windowed_prefix_cache
+from inferplan.memory.radixcache import RadixCache
 from inferplan.memory.tiers import OffloadConfig
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
@@ -61,22 +62,29 @@ class SchedulerConfig:
     kv_groups: tuple[KvGroup, ...] = FULL_ATTENTION
     enable_prefix_caching: bool = False  # vLLM v1's automatic prefix caching
     kv_tiers: OffloadConfig | None = None  # KV tiers below HBM (``engine/offload.py``)
+    schedule_conservativeness: float = 1.0  # SGLang: scales its new-token ratio (``sglang.py``)
 
 
 def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | None:
     """A replica's prefix cache (``memory/prefixcache.py``), or None where it does not apply:
-    caching off, a scheduler other than vLLM v1's, no prompt-block hashes in the workload, or a
-    pool without full-attention layers. Hash blocks that are not whole KV blocks are regrouped
+    caching off, a scheduler other than vLLM v1's or SGLang's (a radix cache, full-attention
+    pools only), no prompt-block hashes in the workload, or a pool without full-attention
+    layers. Hash blocks that are not whole KV blocks are regrouped
     into entries of ``lcm(hash block, KV block)`` tokens."""
     hashes, entry_tokens = workload.prefix_hashes, workload.prefix_block_tokens
-    if not cfg.enable_prefix_caching or cfg.scheduler != "continuous" or hashes is None:
+    radix = cfg.scheduler == "sglang"  # SGLang's radix cache (``memory/radixcache.py``)
+    if not cfg.enable_prefix_caching or cfg.scheduler not in ("continuous", "sglang"):
         return None
-    if not entry_tokens:
+    if hashes is None or not entry_tokens:
         return None
     hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)
     kv_blocks = entry_tokens // cfg.block_size
-    if cfg.kv_groups == FULL_ATTENTION:
-        cache: PrefixCache | None = PrefixCache(hashes, kv_blocks)
+    if radix:
+        cache: PrefixCache | None = (
+            RadixCache(hashes, kv_blocks) if cfg.kv_groups == FULL_ATTENTION else None
+        )
+    elif cfg.kv_groups == FULL_ATTENTION:
+        cache = PrefixCache(hashes, kv_blocks)
     else:
         cache = windowed_prefix_cache(hashes, entry_tokens, cfg.block_size, cfg.kv_groups)
     if cache is not None:

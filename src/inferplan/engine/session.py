@@ -36,19 +36,23 @@ class ServingOptions:
     exact: bool = False
     engine: str = "vllm"
     num_scheduler_steps: int = 1  # prefill-first: vLLM V0's multi-step scheduling
-    # vLLM v1's automatic prefix caching; None: on for vLLM's v1 scheduler (its default).
+    # vLLM v1's automatic prefix caching or SGLang's radix cache; None: on for vLLM's v1
+    # scheduler and SGLang (their defaults).
     enable_prefix_caching: bool | None = None
     # Admission control, length predictors, SPF aging (``engine/admission.py``); None: off.
     admission: AdmissionConfig | None = None
     # KV tiers below HBM (``memory/tiers.py``, ``engine/offload.py``); empty: none.
     kv_tiers: tuple[TierRequest, ...] = ()
     kv_eviction_cap_bytes_s: float | None = None
+    # SGLang's ``--schedule-conservativeness`` (its new-token ratio's scale); None: 1.
+    schedule_conservativeness: float | None = None
 
     @property
     def prefix_caching(self) -> bool:
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
-        return self.engine == "vllm" and self.scheduler == "continuous"
+        # vLLM v1's prefix caching and SGLang's radix cache are both on by default.
+        return self.engine in ("vllm", "sglang") and self.scheduler == "continuous"
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -60,10 +64,15 @@ class ServingOptions:
                 f"--scheduler {self.scheduler}: --engine sglang runs SGLang's own scheduler; "
                 "drop --scheduler (or use --engine vllm)"
             )
-        if self.engine == "sglang" and self.scheduling_policy != "fcfs":
+        if self.engine == "sglang" and self.scheduling_policy not in ("fcfs", "lpm"):
             raise InferplanError(
                 f"--scheduling-policy {self.scheduling_policy}: SGLang's scheduler is emulated "
-                "first-come-first-served only (fcfs)"
+                "with fcfs (its default) or lpm (its --schedule-policy lpm)"
+            )
+        if self.engine != "sglang" and self.scheduling_policy == "lpm":
+            raise InferplanError(
+                "--scheduling-policy lpm: SGLang's longest-prefix-match policy; needs "
+                "--engine sglang"
             )
         if self.engine not in ENGINE_SCHEDULERS:
             raise InferplanError(
@@ -87,18 +96,32 @@ class ServingOptions:
                 "--num-scheduler-steps: multi-step scheduling is emulated with "
                 "--scheduler prefill-first only (vLLM V0)"
             )
-        if self.enable_prefix_caching and (self.engine, self.scheduler) != ("vllm", "continuous"):
+        if self.enable_prefix_caching and (
+            self.engine not in ("vllm", "sglang") or self.scheduler != "continuous"
+        ):
             raise InferplanError(
-                "--enable-prefix-caching: emulated for vLLM v1 only (--engine vllm, "
-                "--scheduler continuous)"
+                "--enable-prefix-caching: emulated for vLLM v1 (--engine vllm, --scheduler "
+                "continuous) and SGLang's radix cache (--engine sglang)"
             )
         if self.admission is not None:
             self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
+        self._check_conservativeness()
         self._check_kv_tiers()
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
             )
+
+    def _check_conservativeness(self) -> None:
+        value = self.schedule_conservativeness
+        if value is None:
+            return
+        if self.engine != "sglang":
+            raise InferplanError(
+                "--schedule-conservativeness: SGLang's flag; needs --engine sglang"
+            )
+        if not 0 < value < float("inf"):
+            raise InferplanError(f"--schedule-conservativeness: must be > 0, got {value}")
 
     def _check_kv_tiers(self) -> None:
         if self.kv_eviction_cap_bytes_s is not None and not self.kv_tiers:
@@ -171,6 +194,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         kv_groups=layout.groups,
         enable_prefix_caching=options.prefix_caching,
         kv_tiers=offload_config(plan, options, layout.block_bytes) if options.kv_tiers else None,
+        schedule_conservativeness=options.schedule_conservativeness or 1.0,
     )
     return SimulationConfig(
         scheduler=scheduler,

@@ -1,4 +1,5 @@
-"""SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction.
+"""SGLang's scheduler (``--engine sglang``): prefill first, new-token-ratio admission, retraction,
+radix cache.
 
 Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/scheduler.py``,
 ``schedule_policy.py`` ``PrefillAdder``, ``schedule_batch.py`` ``retract_decode``):
@@ -16,34 +17,76 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   (prompt_left + clip(max_new))``: new requests reserve their whole (clipped) output, running
   ones a decaying share of theirs. The ratio starts at 0.7, falls by ``(0.7 - 0.098) / 600``
   after every decode step without a retraction down to 0.098, and is reset to 0.7 when the
-  engine goes idle. ``max_new`` is the request's output length (``max_tokens``, EOS ignored).
+  engine goes idle (``--schedule-conservativeness c`` starts it at ``min(0.7 c, 1)``, floor
+  and decay scaled alike: ``new_token_ratios``). ``max_new`` is the request's output length
+  (``max_tokens``, EOS ignored).
+- **A full batch is not retried** (``scheduler.py`` ``get_new_batch_prefill``,
+  ``running_batch.batch_is_full``): an admission that fails for want of tokens
+  (``AddReqResult.NO_TOKEN``) or of running slots (``max_running_requests``) marks the batch
+  full, and no prefill is formed (bar the chunked request's next chunk) until the running batch
+  shrinks: ``update_running_batch`` filters finished requests (the step after they finish, which
+  still decodes) or retracts. So the decaying ratio admits the queue head only when that retry
+  comes, not at the decode step where the head would first pass.
 - **Decode.** Every running request decodes one token; KV is paged per token (page size 1).
-- **Retraction** when a decode step lacks slots: running requests retract fewest-generated
-  first (ties: longest prompt) until the rest fit; each frees its KV and joins the *tail* of
-  the queue, to re-prefill prompt + generated tokens later. The ratio is then re-estimated as
-  ``min(1, (sum generated + 20 n) / (sum max_new + 1))`` over the ``n`` requests left.
+- **Retraction** (``schedule_batch.py`` ``retract_decode``, ``scheduler.py``
+  ``update_running_batch``) when a decode step lacks slots (``check_decode_mem``: free plus
+  evictable radix tokens below one per request): running requests retract fewest-generated
+  first (ties: longest prompt, then the latest admitted) until the free tokens cover
+  ``RETRACT_DECODE_STEPS`` (20, ``global_config.retract_decode_steps``) decode steps of those
+  left, at least one and never the last one; each frees its KV (its prompt stays in the radix
+  tree, unlocked) and joins the *tail* of the queue, to re-prefill prompt + generated tokens
+  past its cache hit later. The ratio is then re-estimated as ``min(1, (sum generated + 20 n) /
+  (sum max_new + 1))`` over the ``n`` requests left, and decays from there. A last request that
+  still lacks a slot (SGLang aborts it) is retracted too and waits for room.
+- **Radix cache** (``memory/radixcache.py``, on by default; ``--no-enable-prefix-caching`` is
+  SGLang's ``--disable-radix-cache``): on admission the head's prefix hit (whole hash entries,
+  up to its prompt less one token) is locked and counted in ``cached_tokens``; the admission
+  test charges the tokens left to compute, the clipped output and the hit's evictable tokens
+  that locking takes (free and evictable tokens both count as free); the entries a round's
+  chunks compute are inserted after the round's admissions, so requests admitted together do
+  not share a new prefix; a finished request inserts its sequence (its output entries where
+  the hashes cover them, as session traces' do) and its path is accessed.
 
-Not emulated: the radix cache (the published workloads have no shared prefixes, and prompts
-are matched only on full prefixes), the overlap scheduler's one-step lag (its effect on time
-is in the fitted host costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and the
-LPM policy. The ratio is kept as ``(base, decode steps since base)`` so that a closed-form
-stretch of ``k`` decode steps and ``k`` exact steps reach the same value bit for bit.
+Not emulated: the overlap scheduler's one-step lag (its effect on time is in the fitted host
+costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and token-granular hits (hashes
+are per entry). ``--scheduling-policy lpm`` sorts the queue as SGLang's ``lpm`` does before
+each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The ratio is kept as
+``(base, decode steps since base)`` so that a closed-form stretch of ``k`` decode steps and
+``k`` exact steps reach the same value bit for bit.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler, StepDecision
+from inferplan.engine.sglang_lpm import LPM_MAX_WAITING, lpm_order
+from inferplan.memory.radixcache import RadixCache
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
-INIT_NEW_TOKEN_RATIO = 0.7  # 0.7 * schedule_conservativeness (1.0)
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # decay steps 600
-RETRACT_DECODE_STEPS = 20  # global_config.retract_decode_steps
-SCAN_STEPS = 256  # decode steps a stretch looks ahead for the next admission
+# SGLang 0.5.4 ``global_config.py``: default_init_new_token_ratio 0.7,
+# default_min_new_token_ratio_factor 0.14, default_new_token_ratio_decay_steps 600; its
+# scheduler scales the first by ``--schedule-conservativeness`` (``new_token_ratios``).
+BASE_INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+def new_token_ratios(conservativeness: float) -> tuple[float, float, float]:
+    """(init, floor, decay per decode step) of the ratio (``scheduler.py`` ``__init__``:
+    ``init = min(0.7 * conservativeness, 1)``, ``floor = min(init * 0.14, 1)``, ``decay =
+    (init - floor) / 600``)."""
+    init = min(BASE_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    floor = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    return init, floor, (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+
+# The default ``--schedule-conservativeness 1``.
+INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = new_token_ratios(1.0)
+RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps (SGLang 0.5.4)
 
 
 class SglangScheduler(Scheduler):
@@ -60,26 +103,71 @@ class SglangScheduler(Scheduler):
     ratio_steps = 0
     queue_was_empty = True
     retracted = False
+    # SGLang's ``running_batch.batch_is_full``: set when an admission fails for want of tokens
+    # or running slots; no prefill is tried again (bar the chunked request's) until the running
+    # batch shrinks (a finish or a retraction), as ``update_running_batch`` sees it; and the
+    # batch size that step ran with (its finishes shrink the batch the next step sees).
+    batch_is_full = False
+    batch_size_seen = 0
+    scheduled = False  # ``schedule`` ran since the last ``note_steps`` (else: a stretch)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ratio_init, self.ratio_floor, self.ratio_decay = new_token_ratios(
+            self.cfg.schedule_conservativeness
+        )
+        self.ratio_base = self.ratio_init
 
     def ratio_after(self, steps: int | np.ndarray) -> float | np.ndarray:
         """The new-token ratio after ``steps`` more decode steps without a retraction (one
         formula for exact steps and stretches, so both reach the same float)."""
-        decayed = self.ratio_base - (self.ratio_steps + steps) * NEW_TOKEN_RATIO_DECAY
-        return np.maximum(decayed, MIN_NEW_TOKEN_RATIO)
+        decayed = self.ratio_base - (self.ratio_steps + steps) * self.ratio_decay
+        return np.maximum(decayed, self.ratio_floor)
 
     # ---- the verb -----------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepDecision:
-        if not len(self.running) and self.queue_was_empty:  # idle since the last step: reset
-            self.ratio_base, self.ratio_steps = INIT_NEW_TOKEN_RATIO, 0
+        run = self.running
+        self.scheduled = True
+        if not len(run) and self.queue_was_empty:  # idle since the last step: reset
+            self.ratio_base, self.ratio_steps = self.ratio_init, 0
         self.queue_was_empty = not len(self.waiting)
         self.retracted = False
-        prefill = self._prefill_step(now)
-        if prefill is not None:
-            return prefill
-        return self._decode_step()
+        if not len(run):  # an empty batch is never full (SGLang: after an idle iteration)
+            self.batch_is_full = False
+        if not self.batch_is_full or self._has_chunk():
+            prefill = self._prefill_step(now)
+            if prefill is not None:
+                self.batch_size_seen = len(run) - self._finishing(prefill.sched)
+                return prefill
+        if len(run) < self.batch_size_seen:  # ``update_running_batch``: finished rows left
+            self.batch_is_full = False
+        decision = self._decode_step()
+        self.batch_size_seen = len(run)
+        return decision
+
+    def _has_chunk(self) -> bool:
+        """The chunked request is still prefilling (a full batch does not stop it)."""
+        run = self.running
+        decoding = (run.num_tokens - run.num_computed == 1) & (run.num_generated > 0)
+        return not bool(decoding.all())
+
+    def _finishing(self, sched: np.ndarray) -> int:
+        """Rows that finish in this prefill step (one output token): SGLang filters them
+        before the batch joins the running one."""
+        run = self.running
+        done = (run.num_computed + sched == run.num_tokens) & (run.num_generated + 1 >= run.target)
+        return int(np.count_nonzero(done & (sched > 0)))
 
     def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
+        if not self.scheduled:
+            # A closed-form stretch: it runs only while the head cannot join and the batch
+            # did not shrink before it (``head_can_join``), so its first step's admission
+            # attempt failed and the batch is full from there on (no finish or retraction
+            # inside a stretch unlatches it). Nothing is left to scan.
+            self.batch_is_full = self.batch_is_full or bool(len(self.waiting))
+            self.batch_size_seen = len(self.running)  # its steps ran with this batch
+        self.scheduled = False
         self.queue_was_empty = not len(self.waiting)
         if not prefill_only and not self.retracted:
             self.ratio_steps += num_steps
@@ -87,8 +175,26 @@ class SglangScheduler(Scheduler):
 
     # ---- prefill ------------------------------------------------------------------------------
 
+    def _sort_waiting(self) -> None:
+        """``--scheduling-policy lpm`` (SGLang's ``lpm``, ``sglang_lpm.py``): sort the queue
+        for this round; without a radix cache SGLang runs ``fcfs``."""
+        waiting, cache = self.waiting, self.pool.cache
+        if waiting.policy != "lpm" or cache is None or not 1 < len(waiting) <= LPM_MAX_WAITING:
+            return
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        ids = waiting.in_order()
+        hits, chains = [], []
+        for rid in ids:
+            tokens = waiting.tokens[rid]
+            hits.append(self.prefix_hit(rid, tokens)[0])
+            hashed = int(self._hashed_tokens(np.array([rid]))[0])
+            entries = min(hashed, tokens - 1) // entry_tokens
+            chains.append(cache.hashes[rid][: max(entries, 0)])
+        waiting.reorder(lpm_order(ids, hits, chains, entry_tokens))
+
     def _prefill_step(self, now: float) -> StepDecision | None:
         """The chunked request's next chunk and the admissions behind it, or None."""
+        self._sort_waiting()
         run, budget = self.running, self.cfg.max_num_batched_tokens
         sched = np.zeros(len(run), dtype=np.int64)
         decoding = (run.num_tokens - run.num_computed == 1) & (run.num_generated > 0)
@@ -105,7 +211,30 @@ class SglangScheduler(Scheduler):
         self.admit_waiting(budget, admitted, now)
         if not any(admitted):
             return None
-        return StepDecision(np.array(admitted, dtype=np.int64), prefill_only=True)
+        decision = np.array(admitted, dtype=np.int64)
+        if self.pool.cache is not None:
+            self._insert_chunks(decision)
+        return StepDecision(decision, prefill_only=True)
+
+    def _insert_chunks(self, sched: np.ndarray) -> None:
+        """Insert the prompt entries this round's chunks compute into the radix tree, after
+        every admission of the round (SGLang matches all of them before any inserts, so two
+        requests admitted together do not share a new prefix); duplicates are freed."""
+        cache, run = self.pool.cache, self.running
+        assert isinstance(cache, RadixCache)
+        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+        hashed = self._hashed_tokens(run.ids)
+        for row in np.flatnonzero((sched > 0) & (run.num_computed < hashed)):
+            end = min(int(run.num_computed[row] + sched[row]), int(hashed[row]))
+            self.pool.free += cache.insert(int(run.ids[row]), end // entry_tokens)
+
+    def _hashed_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Tokens the hashes cover: the prompt, and the output too where they go on past it
+        (session traces: a retracted request's re-prefill inserts its generated entries)."""
+        cache = self.pool.cache
+        assert cache is not None
+        hashed = self.prompt_tokens[ids]
+        return hashed + self.target_tokens[ids] if cache.covers_output else hashed
 
     def free_tokens(self, free_blocks: int | np.ndarray) -> int | np.ndarray:
         """Tokens ``free_blocks`` pool blocks hold (SGLang counts tokens; its page is 1 token
@@ -129,20 +258,26 @@ class SglangScheduler(Scheduler):
         free = self.pool.free - int(self.pool.crossing_cost(run.num_computed).sum())
         return self._rem_total(free, run.num_generated + 1, 1)
 
-    def _need(self) -> tuple[int, int]:
-        """The queue head's tokens to compute and the tokens it reserves in all."""
+    def _need(self) -> tuple[int, int, int]:
+        """The queue head's tokens, its radix-cache hit, and the tokens it takes from
+        ``rem_total``: those left to compute, its clipped output, and the evictable tokens of
+        its hit that locking it removes (``add_one_req`` tests after ``_lock_node``)."""
         rid, tokens = self.waiting.peek()
+        hit, shared_blocks = self.prefix_hit(rid, tokens)
         generated = int(tokens - self.prompt_tokens[rid])
         output = min(int(self.target_tokens[rid]) - generated, CLIP_MAX_NEW_TOKENS)
-        return tokens, tokens + output
+        block = self.pool.block_size
+        lock = (hit // block - shared_blocks) * block if hit else 0
+        return tokens, hit, tokens - hit + output + lock
 
     def head_chunk(self, budget: int, available: int) -> int | None:
-        """SGLang's ``add_one_req``: the head's whole remaining prompt plus its clipped output
-        must be below ``rem_total``; its first chunk is what the budget leaves."""
-        tokens, need = self._need()
+        """SGLang's ``add_one_req``: the head's remaining prompt past its hit, its clipped
+        output and its hit's lock must be below ``rem_total``; its first chunk is what the
+        budget leaves."""
+        tokens, hit, need = self._need()
         if need > available or budget <= 0:
             return None
-        return min(tokens, budget)
+        return min(tokens - hit, budget)
 
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """FCFS admissions while the chunk budget lasts; each admitted request reserves its
@@ -150,63 +285,85 @@ class SglangScheduler(Scheduler):
         run = self.running
         base = self.available_blocks()  # the running requests' reservation, before any joins
         reserved = 0
-        while len(self.waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
+        while len(self.waiting) and budget > 0:
+            if len(run) >= self.cfg.max_num_seqs:
+                self.batch_is_full = True  # no running slot left
+                break
             chunk = self.head_chunk(budget, base - reserved)
             if chunk is None:
+                self.batch_is_full = True  # ``AddReqResult.NO_TOKEN``
                 break
-            tokens, need = self._need()
+            tokens, hit, need = self._need()
             rid = self.waiting.pop()
             reserved += need
-            held = self.pool.blocks_for_one(chunk)
-            self.pool.free -= held
+            held = self.pool.blocks_for_one(hit + chunk)
+            if self.pool.cache is not None:
+                self._lock_hit(rid, tokens, hit)
+            self.pool.free -= held - self.pool.blocks_for_one(hit)
             if math.isnan(self.records.first_scheduled_s[rid]):
                 self.records.first_scheduled_s[rid] = now
             generated = int(tokens - self.prompt_tokens[rid])
-            run.append(rid, 0, tokens, generated, int(self.target_tokens[rid]), held, now)
+            run.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
             sched.append(chunk)
             budget -= chunk
-            if chunk < tokens:
+            if hit + chunk < tokens:
                 break  # the chunked request: one at a time
 
+    def _lock_hit(self, rid: int, tokens: int, hit: int) -> None:
+        """Lock the admitted request's radix hit (``inc_lock_ref``) and count it."""
+        cache = self.pool.cache
+        assert cache is not None
+        entries = hit // (cache.entry_kv_blocks * self.pool.block_size)
+        self.pool.free -= cache.acquire(rid, entries)
+        self.records.cached_tokens[rid] += hit  # type: ignore[index]
+        self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+        cache.cached_tokens += hit
+        cache.queried_tokens += tokens
+
     def head_can_join(self) -> bool:
-        """Whether the next step is a prefill: the queue head passes admission now (the
-        stretch runs only while it does not, and stops where it would)."""
+        """Whether the next step must be taken exactly: the queue head passes admission now
+        (the stretch runs only while it does not, and stops where it would), or the batch
+        shrank since the last step (a finish) while the batch is full or a request waits. That
+        step's ``update_running_batch`` unlatches the batch even where its own admission just
+        failed and latched it, so the step after it retries admission with the ratio one
+        decay further on, which a stretch (latched from its first step) would skip."""
+        shrank = len(self.running) < self.batch_size_seen
+        if shrank and (self.batch_is_full or len(self.waiting)):
+            return True
+        if self.batch_is_full:
+            return False
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
+        self._sort_waiting()  # the order the next round would see (sorting again is a no-op)
         return self.head_chunk(self.cfg.max_num_batched_tokens, self.available_blocks()) is not None
-
-    def steps_to_scheduling_point(self) -> int | None:
-        """Decode steps until the queue head passes admission as the reservations and the
-        ratio shrink and the pool fills, at most ``SCAN_STEPS`` (None: nothing waits or the
-        batch is full); the stretch stops there, where SGLang's next step is a prefill."""
-        run = self.running
-        if not len(self.waiting) or len(run) >= self.cfg.max_num_seqs:
-            return None
-        _, need = self._need()
-        horizon = min(int((run.target - run.num_generated).min()), SCAN_STEPS)
-        steps = np.arange(1, horizon + 1)
-        grown = self.pool.blocks_for(run.num_computed[None, :] + steps[:, None])
-        free = self.pool.free - (grown - run.held_blocks[None, :]).sum(axis=1)
-        generated = run.num_generated[None, :] + steps[:, None]
-        left = np.minimum(np.maximum(run.target[None, :] - generated, 0), CLIP_MAX_NEW_TOKENS)
-        rem = self.free_tokens(free) - self.ratio_after(steps) * left.sum(axis=1).astype(float)
-        fits = np.flatnonzero(need <= np.ceil(rem) - 1)
-        return int(steps[fits[0]]) if len(fits) else horizon
 
     # ---- decode and retraction -----------------------------------------------------------------
 
     def _decode_step(self) -> StepDecision:
         run, pool = self.running, self.pool
         need = pool.crossing_cost(run.num_computed)
-        while int(need.sum()) > pool.free and len(run):
-            self.preempt(self.victim_row())
+        if int(need.sum()) > pool.free:  # ``check_decode_mem`` fails (evictable counted free)
+            self._retract()
             need = pool.crossing_cost(run.num_computed)
-            self.retracted = True
-        if self.retracted:
-            self._reestimate_ratio()
+            while int(need.sum()) > pool.free and len(run):  # one request alone lacks a slot:
+                self.preempt(self.victim_row())  # SGLang aborts it; here it waits for room
+                need = pool.crossing_cost(run.num_computed)
         pool.free -= int(need.sum())
         run.held_blocks = run.held_blocks + need
         return StepDecision(np.ones(len(run), dtype=np.int64), preempted=self.retracted)
+
+    def _retract(self) -> None:
+        """SGLang's ``retract_decode``: retract victims (``victim_row``) until the free tokens
+        cover ``RETRACT_DECODE_STEPS`` decode steps of those left, at least one, never the last
+        one; then re-estimate the ratio over those left."""
+        run = self.running
+        while len(run) > 1:
+            self.preempt(self.victim_row())
+            if self.free_tokens(self.pool.free) >= RETRACT_DECODE_STEPS * len(run):
+                break
+        self.retracted = True
+        self.batch_is_full = False  # the batch shrank
+        self._reestimate_ratio()
 
     def victim_row(self) -> int:
         """Fewest generated tokens first, ties to the longest prompt (``retract_decode``), then
@@ -217,13 +374,30 @@ class SglangScheduler(Scheduler):
         return int(order[0])
 
     def preempt(self, row: int) -> float:
-        """Retract: free the request's KV and append it to the queue's tail."""
+        """Retract: free the request's KV and append it to the queue's tail; its prefix stays
+        in the radix tree, unlocked and not accessed (``release_kv_cache(is_insert=False)``)."""
         rid, computed, tokens, held = self.running.pop(row)
-        self.release_blocks(rid, held)
+        cache = self.pool.cache
+        self.pool.free += held - (0 if cache is None else cache.release(rid))
         self.records.num_preemptions[rid] += 1
         self.records.recomputed_tokens[rid] += computed
         self.waiting.push(rid, num_tokens=tokens)
         return 0.0
+
+    def release_blocks(self, rid: int, held: int, computed: int | None = None) -> None:
+        """A finished request frees its KV; with the radix tree it inserts its sequence there
+        (``cache_finished_req``: the full entries of its ``computed`` tokens where the hashes
+        cover the output, as session traces' do; its prompt's otherwise), so its path is
+        accessed now."""
+        cache = self.pool.cache
+        if cache is None:
+            self.pool.free += held
+            return
+        assert isinstance(cache, RadixCache)
+        if cache.covers_output and computed is not None:
+            entry_tokens = cache.entry_kv_blocks * self.pool.block_size
+            self.pool.free += cache.insert(rid, computed // entry_tokens)
+        self.pool.free += held - cache.release(rid, touch=True)
 
     def _reestimate_ratio(self) -> None:
         run = self.running
