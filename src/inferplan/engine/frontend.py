@@ -26,8 +26,9 @@ own gap shape (prefill interruptions) is kept. Above ``MAX_TOKEN_JOBS`` output t
 request's tokens after its first are served in equal groups, so memory follows requests, not
 tokens: the server works on a group as its tokens come and the client sees the group when
 its last token is out and served (the throughput bound and an idle server's delay are kept;
-the queueing among tokens emitted in the same step is lost); only the ITL mean, median and p99 move (other
-``--metric-percentiles`` of ITL keep the engine's values). Zero costs leave a run unchanged.
+the queueing among tokens emitted in the same step is lost); only the ITL mean, median and p99
+move (other ``--metric-percentiles`` of ITL keep the engine's values). Zero costs leave a run
+unchanged.
 """
 
 from __future__ import annotations
