@@ -119,3 +119,11 @@ def test_grouped_tokens_keep_the_bound_and_the_idle_delay(monkeypatch: pytest.Mo
     grouped = frontend_times(lone, FrontEnd(per_token_s=1e-6))
     assert grouped.finish_s[0] == pytest.approx(0.99 + 1e-6, rel=1e-12)
     assert grouped.itl_after_s["mean"] == pytest.approx(0.01, rel=1e-6)
+
+
+def test_a_run_where_nothing_completed_passes_through() -> None:
+    rec = records([0.0], [np.inf], [np.inf], [10])
+    rec.status[:] = RequestStatus.REJECTED
+    times = frontend_times(rec, FrontEnd(per_token_s=1e-3))
+    assert np.isinf(times.finish_s).all()
+    assert shift_itl({"mean_itl_ms": 5.0}, times)["mean_itl_ms"] == 5.0

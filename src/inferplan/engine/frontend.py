@@ -115,6 +115,9 @@ def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> F
     done = np.flatnonzero(
         (records.status == RequestStatus.COMPLETED) & np.isfinite(records.finish_s)
     )
+    if not done.size:  # nothing completed: nothing reaches the client
+        none = _gap_stats(np.empty(0))
+        return FrontEndTimes(records.first_token_s.copy(), records.finish_s.copy(), none, none)
     first, finish = records.first_token_s[done], records.finish_s[done]
     num = np.maximum(records.output_tokens[done], 1)
     chunk = max(1, -(-int(num.sum()) // MAX_TOKEN_JOBS))
@@ -126,8 +129,7 @@ def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> F
     request_cost = (fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]) / servers
     arrive = np.concatenate([records.arrival_s[done], token_s])
     cost = np.concatenate([request_cost, size * per_token_s])
-    kind = np.concatenate([np.zeros(done.size), np.ones(token_s.size)])  # requests first at ties
-    order = np.lexsort((np.arange(arrive.size), kind, arrive))
+    order = np.argsort(arrive, kind="stable")  # at ties: requests first, then in token order
     seen = np.empty(arrive.size)
     if chunk == 1:
         seen[order] = _fcfs_finish(arrive[order], cost[order])
