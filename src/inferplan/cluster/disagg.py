@@ -88,17 +88,10 @@ class KvArrivedScheduler(Scheduler):
         them running requests map (``prefix_hit`` without the tiers: the KV came over the
         link)."""
         cache = self.pool.cache
-        if cache is None:
-            return 0, 0
-        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        hashed = int(self.prompt_tokens[rid])
-        if cache.covers_output:
-            hashed += int(self.target_tokens[rid])
-        max_entries = min(hashed, tokens - 1) // entry_tokens
-        if max_entries <= 0:
-            return 0, 0
-        hits, shared = cache.lookup(rid, max_entries)
-        return hits * entry_tokens, shared
+        hits, shared, _ = self.hbm_hit_entries(rid, tokens)
+        if cache is None or hits == 0:
+            return 0, shared
+        return hits * cache.entry_kv_blocks * self.pool.block_size, shared
 
     def _map_received(self, rid: int, tokens: int, held: int) -> None:
         """Give a request whose KV arrived its ``held`` blocks. With prefix caching, as vLLM's

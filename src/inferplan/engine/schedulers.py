@@ -114,19 +114,29 @@ class Scheduler:
             if stored is not None:  # its KV comes back from a tier (none of it shared)
                 return stored, 0
         cache = self.pool.cache
-        if cache is None:
+        hits, shared, max_entries = self.hbm_hit_entries(rid, tokens)
+        if cache is None or max_entries <= 0:
             return 0, 0
+        if self.offload is not None:  # entries after those may come back from a tier
+            hits += self.offload.prefix_tier_entries(cache.hashes[rid][hits:max_entries])
+        return hits * cache.entry_kv_blocks * self.pool.block_size, shared
+
+    def hbm_hit_entries(self, rid: int, tokens: int) -> tuple[int, int, int]:
+        """(cache entries of ``rid``'s first ``tokens`` held in HBM, blocks of them running
+        requests map, entries it could hit at most): full entries of what its hashes cover
+        (the prompt, and the output in session traces), leaving one token to compute."""
+        cache = self.pool.cache
+        if cache is None:
+            return 0, 0, 0
         entry_tokens = cache.entry_kv_blocks * self.pool.block_size
         hashed = int(self.prompt_tokens[rid])  # + the output where hashes cover it (sessions)
         if cache.covers_output:
             hashed += int(self.target_tokens[rid])
         max_entries = min(hashed, tokens - 1) // entry_tokens
         if max_entries <= 0:
-            return 0, 0
+            return 0, 0, max_entries
         hits, shared = cache.lookup(rid, max_entries)
-        if self.offload is not None:  # entries after those may come back from a tier
-            hits += self.offload.prefix_tier_entries(cache.hashes[rid][hits:max_entries])
-        return hits * entry_tokens, shared
+        return hits, shared, max_entries
 
     def _cache_chunks(self, sched: IntArray) -> None:
         """Cache the full prompt entries the running rows' chunks of this step complete."""
