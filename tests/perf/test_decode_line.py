@@ -122,3 +122,13 @@ def test_batch_line_equals_step_time_with_a_prefill_chunk(
     for point in probe_points(context, limit, num_seqs):
         step_s = model.step_time(replace(base, decode_context_tokens=point)).total_s
         assert a + b * point == pytest.approx(step_s, rel=LINE_RTOL)
+
+
+def test_window_range_by_hand() -> None:
+    """Windows of 100 and 1,000 tokens at 4 sequences saturate at 400 and 4,000 context
+    tokens: between them the line holds; full attention (None, 0) never bends it."""
+    from inferplan.perf.batch import window_range
+
+    assert window_range([100, None, 1000, 0], 4, 1000) == (400.0, 4000.0)
+    assert window_range([100, 1000], 4, 100) == (0.0, 400.0)
+    assert window_range([None], 4, 10**6) == (0.0, float("inf"))

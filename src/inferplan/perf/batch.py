@@ -6,6 +6,7 @@ The scheduler (or the fast engine, in closed form) accumulates these sums.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 BOUNDS = ("compute", "memory", "communication", "overhead")
@@ -56,3 +57,20 @@ class StepTime:
     def bound(self) -> str:
         """The bound that takes the largest share of the step."""
         return max(BOUNDS, key=lambda b: self.by_bound_s.get(b, 0.0))
+
+
+def window_range(
+    windows: Iterable[int | None], num_seqs: int, context_tokens: int
+) -> tuple[float, float]:
+    """The context range around ``context_tokens`` in which none of the sliding ``windows``
+    (None or 0: full attention) saturates or unsaturates (its reads stop growing at
+    ``window * num_seqs``)."""
+    lower, limit = 0.0, float("inf")
+    for window in windows:
+        if window:
+            point = float(window * num_seqs)
+            if context_tokens < point:
+                limit = min(limit, point)
+            else:
+                lower = max(lower, point)
+    return lower, limit

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
-from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.perf.batch import StepBatch, StepTime, window_range
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
@@ -157,7 +157,8 @@ class RooflineModel:
                 lower = max(lower, point * m)
         a += sum(fixed.values()) * factor + self._pipeline_sends(batch)
         b /= m
-        window_lower, window_limit = self._window_range(num_seqs, context_tokens)
+        windows = [g.attention.window_tokens for g in self.groups]
+        window_lower, window_limit = window_range(windows, num_seqs, context_tokens)
         line = (a, b, max(lower, window_lower), min(limit, window_limit))
         hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)
         return overlapped_line(line, fixed["overhead"] * factor, hideable, context_tokens)
@@ -183,19 +184,6 @@ class RooflineModel:
         group = self.par.tp * self.par.pp
         sends = p2p_s(activation, self.gpu, self.eff, group_size=group, topology=self.topology)
         return (self.par.pp - 1) * sends
-
-    def _window_range(self, num_seqs: int, context_tokens: int) -> tuple[float, float]:
-        """The context range around ``context_tokens`` in which no sliding window saturates
-        or unsaturates (its reads stop growing at ``window * num_seqs``)."""
-        lower, limit = 0.0, float("inf")
-        for g in self.groups:
-            if g.attention.window_tokens:
-                point = float(g.attention.window_tokens * num_seqs)
-                if context_tokens < point:
-                    limit = min(limit, point)
-                else:
-                    lower = max(lower, point)
-        return lower, limit
 
     def _per_row(self, fmt: NumberFormat) -> float:
         """GEMM time per row against a native GEMM's: formats without tensor cores on the part
