@@ -27,7 +27,9 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, build_workload
-from inferplan.workload.prefixes import HASH_BLOCK_TOKENS, session_hashes, with_shared_prefix
+from inferplan.workload.prefixes import with_shared_prefix
+
+from .session_workload import conversation_workload
 
 
 @cache
@@ -386,28 +388,7 @@ def test_fast_equals_exact_on_conversation_sessions(
     context plus a new message; turns of a session arrive in order, sessions interleave. With
     ``cover_output`` (as a session trace gives) generated blocks are cached too, preempted
     requests hit their own generated blocks on resume."""
-    rng = np.random.default_rng(seed)
-    n = 36
-    sessions = [str(s) for s in rng.integers(0, num_sessions, size=n)]
-    context: dict[str, int] = {}
-    inputs, outputs = [], []
-    for s in sessions:
-        prompt = context.get(s, 0) + int(rng.integers(1, 60))
-        output = int(rng.integers(1, 30))
-        inputs.append(prompt)
-        outputs.append(output)
-        context[s] = prompt + output
-    arrivals = np.cumsum(rng.exponential(0.05, size=n))
-    ins, outs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
-    wl = Workload(
-        arrival_s=arrivals,
-        input_tokens=ins,
-        output_tokens=outs,
-        class_ids=np.zeros(n, dtype=np.int64),
-        prefix_hashes=session_hashes(list(sessions), ins, outs),
-        prefix_block_tokens=HASH_BLOCK_TOKENS,
-        prefix_hashes_cover_output=cover_output,
-    )
+    wl = conversation_workload(seed, num_sessions, cover_output)
     fast = _run(wl, _config(wl, block_size, spare, 256, 1, exact=False, groups=kv_groups))
     exact = _run(wl, _config(wl, block_size, spare, 256, 1, exact=True, groups=kv_groups))
     _assert_same(fast, exact)

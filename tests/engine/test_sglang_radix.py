@@ -26,9 +26,10 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, build_workload
-from inferplan.workload.prefixes import HASH_BLOCK_TOKENS, session_hashes, with_shared_prefix
+from inferplan.workload.prefixes import with_shared_prefix
 
 from .replica_helpers import replica_at_zero
+from .session_workload import conversation_workload
 
 
 @cache
@@ -317,27 +318,7 @@ def test_fast_equals_exact_on_conversation_sessions(
 ) -> None:
     """Turns of conversations; with ``cover_output`` (as a session trace gives) a finished
     turn inserts its output entries too, which the next turn hits."""
-    rng = np.random.default_rng(seed)
-    n = 36
-    sessions = [str(s) for s in rng.integers(0, num_sessions, size=n)]
-    context: dict[str, int] = {}
-    inputs, outputs = [], []
-    for s in sessions:
-        prompt = context.get(s, 0) + int(rng.integers(1, 60))
-        output = int(rng.integers(1, 30))
-        inputs.append(prompt)
-        outputs.append(output)
-        context[s] = prompt + output
-    ins, outs = np.array(inputs, dtype=np.int64), np.array(outputs, dtype=np.int64)
-    wl = Workload(
-        arrival_s=np.cumsum(rng.exponential(0.05, size=n)),
-        input_tokens=ins,
-        output_tokens=outs,
-        class_ids=np.zeros(n, dtype=np.int64),
-        prefix_hashes=session_hashes(list(sessions), ins, outs),
-        prefix_block_tokens=HASH_BLOCK_TOKENS,
-        prefix_hashes_cover_output=cover_output,
-    )
+    wl = conversation_workload(seed, num_sessions, cover_output)
     fast = _run(wl, _config(wl, spare, 256, 1, exact=False, policy=policy))
     exact = _run(wl, _config(wl, spare, 256, 1, exact=True, policy=policy))
     _assert_same(fast, exact)
