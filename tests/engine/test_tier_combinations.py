@@ -36,9 +36,16 @@ from .test_offload import (
 ENDED = (int(RequestStatus.COMPLETED), int(RequestStatus.REJECTED))
 
 
-def _admission_config(
-    wl: Workload, tiers: tuple[TierSpec, ...], adm: AdmissionConfig, spare: int, *, exact: bool
+def _tier_config(
+    wl: Workload,
+    tiers: tuple[TierSpec, ...],
+    spare: int,
+    *,
+    exact: bool,
+    caching: bool = False,
+    admission: AdmissionConfig | None = None,
 ) -> SimulationConfig:
+    """16-token blocks, ``spare`` blocks beyond the longest request's, ``tiers`` behind HBM."""
     longest = int((wl.input_tokens + wl.output_tokens).max())
     sched = SchedulerConfig(
         max_num_batched_tokens=512,
@@ -47,8 +54,15 @@ def _admission_config(
         num_blocks=-(-longest // 16) + 3 + spare,
         kv_block_bytes=BLOCK_BYTES,
         kv_tiers=_tiers(*tiers),
+        enable_prefix_caching=caching,
     )
-    return SimulationConfig(sched, longest, exact=exact, admission=adm)
+    return SimulationConfig(sched, longest, exact=exact, admission=admission)
+
+
+def _admission_config(
+    wl: Workload, tiers: tuple[TierSpec, ...], adm: AdmissionConfig, spare: int, *, exact: bool
+) -> SimulationConfig:
+    return _tier_config(wl, tiers, spare, exact=exact, admission=adm)
 
 
 def _checked_run(wl: Workload, cfg: SimulationConfig) -> SimulationResult:
@@ -176,17 +190,7 @@ def test_reloading_requests_reservations_are_outstanding() -> None:
 def _pool_config(
     wl: Workload, tiers: tuple[TierSpec, ...], spare: int, *, caching: bool, exact: bool
 ) -> SimulationConfig:
-    longest = int((wl.input_tokens + wl.output_tokens).max())
-    sched = SchedulerConfig(
-        max_num_batched_tokens=512,
-        max_num_seqs=64,
-        block_size=16,
-        num_blocks=-(-longest // 16) + 3 + spare,
-        kv_block_bytes=BLOCK_BYTES,
-        kv_tiers=_tiers(*tiers),
-        enable_prefix_caching=caching,
-    )
-    return SimulationConfig(sched, longest, exact=exact)
+    return _tier_config(wl, tiers, spare, exact=exact, caching=caching)
 
 
 def _disagg_checked(
