@@ -136,8 +136,8 @@ class RooflineModel:
     def _line(self, batch: StepBatch) -> tuple[float, float, float, float]:
         num_seqs, context_tokens = batch.num_decode_seqs, batch.decode_context_tokens
         ops, fixed = self._ops(batch)
-        factor = self._pipeline_factor(batch)
-        m = self._microbatches(batch)
+        factor = self.pipeline_factor(batch)
+        m = self.microbatches(batch)
         context = context_tokens / m
         a = b = 0.0
         lower, limit = 0.0, float("inf")
@@ -155,7 +155,7 @@ class RooflineModel:
                 limit = min(limit, point * m)
             elif point is not None:
                 lower = max(lower, point * m)
-        a += sum(fixed.values()) * factor + self._pipeline_sends(batch)
+        a += sum(fixed.values()) * factor + self.pipeline_sends(batch)
         b /= m
         windows = [g.attention.window_tokens for g in self.groups]
         window_lower, window_limit = window_range(windows, num_seqs, context_tokens)
@@ -163,23 +163,24 @@ class RooflineModel:
         hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)
         return overlapped_line(line, fixed["overhead"] * factor, hideable, context_tokens)
 
-    # ---- operators --------------------------------------------------------------------------
+    # ---- pipeline (public: perf/step_seconds.py, perf/table.py), then operators --------------
 
-    def _microbatches(self, batch: StepBatch) -> int:
+    def microbatches(self, batch: StepBatch) -> int:
+        """Micro-batches in flight: one per stage, at most one per sequence."""
         seqs = batch.num_decode_seqs + batch.num_prefill_seqs
         return max(1, min(self.par.pp, seqs))
 
-    def _pipeline_factor(self, batch: StepBatch) -> float:
+    def pipeline_factor(self, batch: StepBatch) -> float:
         """Bottleneck-stage times per step: ``pp``. The ``m`` micro-batches are in flight at
         once (one per stage), so a step (every sequence one token further) takes one pass of a
         micro-batch through the ``pp`` stages, whatever ``m``; a lone sequence pays the same."""
         return float(self.par.pp)
 
-    def _pipeline_sends(self, batch: StepBatch) -> float:
+    def pipeline_sends(self, batch: StepBatch) -> float:
         """The ``pp - 1`` stage-to-stage sends of one micro-batch's pass."""
         if self.par.pp == 1:
             return 0.0
-        m = self._microbatches(batch)
+        m = self.microbatches(batch)
         activation = batch.num_tokens / m * self.spec.hidden_size * ACT_BYTES
         group = self.par.tp * self.par.pp
         sends = p2p_s(activation, self.gpu, self.eff, group_size=group, topology=self.topology)
@@ -222,7 +223,7 @@ class RooflineModel:
         """One device's operators. With DP attention (vLLM DP + EP) each of the ``dpa`` ranks
         runs attention and dense layers on its own share of the batch (``local`` tokens);
         routed experts see every rank's tokens, spread over all ``ep`` ranks."""
-        m = self._microbatches(batch)
+        m = self.microbatches(batch)
         dpa = self.par.attention_dp
         # A pure decode replaying a captured graph runs its padded rows in the GEMMs (the
         # padding reads no KV: attention keeps the real rows).
@@ -471,15 +472,15 @@ class RooflineModel:
         _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
-        return overhead / self._pipeline_factor(batch)
+        return overhead / self.pipeline_factor(batch)
 
     # ---- evaluation -------------------------------------------------------------------------
 
     def _evaluate(
         self, ops: list[Op], fixed: dict[str, float], batch: StepBatch, context: float
     ) -> StepTime:
-        m = self._microbatches(batch)
-        factor = self._pipeline_factor(batch)
+        m = self.microbatches(batch)
+        factor = self.pipeline_factor(batch)
         bounds = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
         by_op: dict[str, float] = {}
         for op in ops:
@@ -490,7 +491,7 @@ class RooflineModel:
             else:
                 bounds["memory"] += memory * times
             by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * times
-        bounds["communication"] = fixed["communication"] * factor + self._pipeline_sends(batch)
+        bounds["communication"] = fixed["communication"] * factor + self.pipeline_sends(batch)
         gpu_s = bounds["compute"] + bounds["memory"] + bounds["communication"]
         host = host_s(self.eff, batch, self.par.attention_dp)
         hidden = hidden_host_s(host, self.eff.host_overlap, gpu_s)

@@ -129,8 +129,8 @@ class StepSeconds:
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
         ops, fixed = model._ops(batch)
-        m = model._microbatches(batch)
-        factor = model._pipeline_factor(batch)
+        m = model.microbatches(batch)
+        factor = model.pipeline_factor(batch)
         terms: list[_Term] = []
         for op in ops:
             times = factor if op.per_stage else m
@@ -146,7 +146,7 @@ class StepSeconds:
         plan = _Plan(
             m,
             tuple(terms),
-            fixed["communication"] * factor + model._pipeline_sends(batch),
+            fixed["communication"] * factor + model.pipeline_sends(batch),
             fixed["overhead"] * factor,
             host_s(model.eff, batch, model.par.attention_dp),
             model.eff.host_overlap,

@@ -193,8 +193,8 @@ class TableModel:
     def _measured(self, batch: StepBatch) -> dict[str, float]:
         """Measured times of the table's operators for this step: per micro-batch shapes, each
         layer that runs the operator, every pipeline stage pass (as the roofline counts them)."""
-        m = self.roofline._microbatches(batch)
-        passes = self.roofline._pipeline_factor(batch)
+        m = self.roofline.microbatches(batch)
+        passes = self.roofline.pipeline_factor(batch)
         # With DP attention each rank runs everything but the routed experts on its own share.
         dpa = self.roofline.par.attention_dp
         out: dict[str, float] = {}
@@ -228,7 +228,7 @@ class TableModel:
         roofline, par = self.roofline, self.roofline.par
         if not self.table.has("allreduce") or par.tp == 1 or not batch.num_tokens:
             return 0.0
-        m = roofline._microbatches(batch)
+        m = roofline.microbatches(batch)
         local = batch.num_tokens / m / par.attention_dp
         count = sum(
             g.count
@@ -245,7 +245,7 @@ class TableModel:
             local * roofline.spec.hidden_size * ACT_BYTES, par.tp, roofline.gpu, roofline.eff
         )
         measured = self.table.time("allreduce", local)
-        return (measured - modelled) * count * roofline._pipeline_factor(batch)
+        return (measured - modelled) * count * roofline.pipeline_factor(batch)
 
     def step_time(self, batch: StepBatch) -> StepTime:
         base = self.roofline.step_time(batch)
