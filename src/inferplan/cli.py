@@ -13,18 +13,17 @@ from dataclasses import replace
 
 import click
 
-from inferplan.cli_admission import AdmissionFlags, admission_keys, admission_options
+from inferplan.cli_admission import AdmissionFlags, admission_options
 from inferplan.cli_checks import (
     Bound,
     bounded,
     check_output_path,
-    check_prefill_first_budget,
-    check_replicas,
     goodput_slo,
     int_list,
     percentile_list,
 )
-from inferplan.cli_classpools import ClassPoolFlags, classpool_options, pooled_run
+from inferplan.cli_classpools import ClassPoolFlags, classpool_options
+from inferplan.cli_colocated import colocated_plan, simulate_colocated
 from inferplan.cli_disagg import DisaggFlags, disagg_options, simulate_disaggregated
 from inferplan.cli_fit import calibrate, validate
 from inferplan.cli_flags import (
@@ -39,24 +38,17 @@ from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
-from inferplan.engine.frontend import seen_result, shift_itl
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
-from inferplan.engine.session import simulate as run_simulation
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
 from inferplan.memory.advice import does_not_fit_message
-from inferplan.memory.prefixcache import replica_hits_json
-from inferplan.metrics.steptrace import combine_usage
-from inferplan.metrics.summary import summarize
-from inferplan.perf.expert_loads import class_token_shares
 from inferplan.perf.moe_report import expert_parallel_report
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.profile import DEVICES, profile_to_csv
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.memory import memory_json, memory_tables
 from inferplan.report.profile import profile_json, profile_tables
-from inferplan.report.progress import progress_bar
 from inferplan.report.roofline import roofline_tables
 from inferplan.report.simulate import simulate_tables
 from inferplan.specs.topology import topology_json
@@ -263,51 +255,12 @@ def simulate(
         )
         show(data, json_out, simulate_tables)
         return
-    plan = deployment.plan()
-    check_replicas(plan.parallelism.num_replicas)
-    # DP-attention ranks schedule side by side: their budgets add up (engine/session.py).
-    budget = plan.config.max_num_batched_tokens * plan.parallelism.attention_dp
-    check_prefill_first_budget(scheduler, budget, plan.max_model_len)
-    if not plan.fits:
-        raise DoesNotFitError(does_not_fit_message(plan))
+    plan = colocated_plan(deployment, scheduler)
     requests = prefix.build(workload)
     options = replace(options, data_parallel_size=plan.parallelism.num_replicas)
-    tokens = requests.input_tokens + requests.output_tokens
-    step_model = deployment.step_model(
-        plan,
-        moe_skew=moe_skew,
-        class_token_shares=class_token_shares(requests.class_names, requests.class_ids, tokens),
-        engine_costs=True,
+    summary = simulate_colocated(
+        deployment, plan, requests, options, classpool, moe_skew, percentiles, slo_ms, json_out
     )
-    frontend = deployment.frontend()
-    with progress_bar(requests.num_requests, enabled=not json_out) as advance:
-        if classpool.pools is not None:
-            result, pooled = pooled_run(
-                classpool, plan, step_model, requests, options, advance, frontend
-            )
-        else:
-            result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
-    traces = result.traces
-    # What `vllm bench serve` sees: the engine's HTTP front end (engine/frontend.py), as validate.
-    result, fe_times = seen_result(result, frontend, plan.parallelism.num_replicas)
-    summary = summarize(
-        result.records,
-        result.itl,
-        duration_s=result.duration_s,
-        percentiles=percentiles,
-        goodput_slo_ms=slo_ms,
-        kv_usage=combine_usage([u for u in (t.summary() for t in traces) if u is not None]),
-    )
-    summary = shift_itl(summary, fe_times)
-    summary["num_steps"] = result.num_steps
-    summary["idle_slot_steps"] = result.idle_slot_steps
-    summary["data_parallel_size"] = deployment.dp
-    summary["expert_parallel"] = expert_parallel_report(step_model, plan)
-    summary.update(admission_keys(result))
-    summary.update(pooled)  # with --pools: the class_pools section
-    if result.records.cached_tokens is not None:
-        summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
-    summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
     show(summary, json_out, simulate_tables)
 
 
