@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inferplan import cli, cli_fit
+from inferplan import cli, cli_colocated, cli_fit
 from inferplan.cli import main
 from inferplan.memory.plan import MemoryConfig
 from inferplan.plan.validation import Deployment, _plan
@@ -276,7 +276,7 @@ def test_bad_flags_fail_before_the_simulation(
     def must_not_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the simulation ran before the flags were checked")
 
-    monkeypatch.setattr(cli, "run_simulation", must_not_run)
+    monkeypatch.setattr(cli_colocated, "run_simulation", must_not_run)
     assert named in refused(capsys, "simulate", *LLAMA, "--num-prompts", "5", *flags)
 
 
