@@ -11,7 +11,7 @@ from inferplan.cli_classpools import ClassPoolFlags, pooled_run
 from inferplan.cli_flags import DeploymentFlags
 from inferplan.engine.frontend import seen_result, shift_itl
 from inferplan.engine.session import ServingOptions
-from inferplan.engine.session import simulate as run_simulation
+from inferplan.engine.tokenizer_stage import simulate_tokenized as run_simulation
 from inferplan.errors import DoesNotFitError
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.memory.plan import MemoryPlan
@@ -62,7 +62,9 @@ def simulate_colocated(
                 classpool, plan, step_model, requests, options, advance, frontend
             )
         else:
-            result, pooled = run_simulation(plan, step_model, requests, options, advance), {}
+            # Behind the front end's tokenizer stage (engine/tokenizer_stage.py), as validate.
+            result = run_simulation(plan, step_model, requests, options, frontend, advance)
+            pooled = {}
     traces = result.traces
     # What `vllm bench serve` sees: the engine's HTTP front end (engine/frontend.py), as validate.
     result, fe_times = seen_result(result, frontend, plan.parallelism.num_replicas)

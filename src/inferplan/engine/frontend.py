@@ -82,6 +82,10 @@ def _fcfs_finish(arrive_s: FloatArray, cost_s: FloatArray) -> FloatArray:
     return done + np.maximum.accumulate(arrive_s - (done - cost_s))
 
 
+# The same FCFS rule for the tokenizer stage in front of the engine (``tokenizer_stage.py``).
+fcfs_finish = _fcfs_finish
+
+
 def _gap_stats(gaps_s: FloatArray, weights: IntArray | None = None) -> dict[str, float]:
     """Mean, median and p99 of the gaps; ``weights``: how many tokens each gap stands for
     (grouped tokens, ``MAX_TOKEN_JOBS``), percentiles then by the inverted CDF."""

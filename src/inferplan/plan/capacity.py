@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from inferplan.engine.frontend import engine_frontend, seen_result
-from inferplan.engine.session import ServingOptions, simulate
+from inferplan.engine.session import ServingOptions
 from inferplan.engine.simulator import SimulationResult
+from inferplan.engine.tokenizer_stage import simulate_tokenized
 from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.latency import request_latencies
 from inferplan.perf.protocol import StepTimeModel
@@ -149,7 +150,8 @@ class _Runner:
             engine=self.cfg.engine,
         )
         # As the client sees it: behind the engine's HTTP front end (engine/frontend.py).
-        result, _ = seen_result(simulate(self.plan, self.model, workload, options), self.frontend)
+        result = simulate_tokenized(self.plan, self.model, workload, options, self.frontend)
+        result, _ = seen_result(result, self.frontend)
         self.num_simulations += 1
         return slo.evaluate(result, self.ctx.request), result
 

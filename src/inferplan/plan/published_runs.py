@@ -30,9 +30,10 @@ from functools import cache
 
 import numpy as np
 
-from inferplan.engine.frontend import FrontEnd, behind_frontend, engine_frontend, shift_itl
-from inferplan.engine.session import ServingOptions, simulate
+from inferplan.engine.frontend import FrontEnd, behind_frontend, shift_itl
+from inferplan.engine.session import ServingOptions
 from inferplan.engine.simulator import SimulationResult
+from inferplan.engine.tokenizer_stage import simulate_tokenized
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
@@ -48,6 +49,7 @@ from inferplan.plan.published import (
     bundled_model_name,
     skip_reason,
 )
+from inferplan.plan.published_serving import dp_attention, row_frontend
 from inferplan.plan.served import (
     decode_floor_s,
     host_efficiency,
@@ -142,9 +144,8 @@ def trtllm_bench_limits(
 
 
 def _parallelism(row: PublishedRow) -> Parallelism:
-    dp_attention = row.attention_dp or row.settings.get("enable_dp_attention") == "true"
     ep = row.ep or int(row.settings.get("ep_size", "1") or 1)
-    if dp_attention:  # attention data-parallel over the group, experts across it
+    if dp_attention(row):  # attention data-parallel over the group, experts across it
         return Parallelism(tp=1, pp=row.pp, dp=row.tp, enable_expert_parallel=True)
     return Parallelism(tp=row.tp, pp=row.pp, enable_expert_parallel=ep > 1)
 
@@ -311,14 +312,6 @@ def _summary_value(summary: dict[str, object], metric: str) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def row_frontend(row: PublishedRow) -> FrontEnd:
-    """The front end of a run measured through an HTTP server by ``vllm bench serve``
-    (``engine/frontend.py``); none for ``trtllm-bench`` and Triton's C++ server."""
-    if not row.settings.get("bench", "").startswith("vllm bench serve"):
-        return FrontEnd()
-    return engine_frontend(ENGINES[row.engine], row.engine_version)
-
-
 def run_step_model(
     first: PublishedRow, setup: RunSetup, plan: MemoryPlan, efficiency: Efficiency | None
 ) -> StepTimeModel:
@@ -332,9 +325,14 @@ def run_step_model(
 
 
 def simulate_run(
-    rows: list[PublishedRow], efficiency: Efficiency | None, quick: bool
+    rows: list[PublishedRow],
+    efficiency: Efficiency | None,
+    quick: bool,
+    frontend: FrontEnd | None = None,
 ) -> SimulationResult:
-    """The engine simulation of a served run (before its front end)."""
+    """The engine simulation of a served run (before its front end's output pass), its requests
+    through the front end's tokenizer stage (``engine/tokenizer_stage.py``; ``frontend`` None:
+    the run's, ``row_frontend``)."""
     first = rows[0]
     setup = run_setup(first)
     plan = memory_plan(setup)
@@ -344,7 +342,8 @@ def simulate_run(
         max_concurrency=first.max_concurrency,
         data_parallel_size=setup.par.num_replicas,
     )
-    return simulate(plan, step, run_workload(first, quick), options)
+    fe = frontend if frontend is not None else row_frontend(first)
+    return simulate_tokenized(plan, step, run_workload(first, quick), options, fe)
 
 
 def served_summary(result: SimulationResult, fe: FrontEnd) -> dict[str, object]:
@@ -381,8 +380,8 @@ def predict_run(
     first = rows[0]
     setup = run_setup(first)
     if not setup.closed_form:
-        result = simulate_run(rows, efficiency, quick)
         fe = frontend if frontend is not None else row_frontend(first)
+        result = simulate_run(rows, efficiency, quick, fe)
         return metric_values(rows, served_summary(result, fe))
     plan = memory_plan(setup)
     step = run_step_model(first, setup, plan, efficiency)

@@ -1,0 +1,77 @@
+"""The request path in front of the engine: requests reach the scheduler one tokenizer at a time.
+
+An HTTP serving engine parses, templates and tokenises each request in its API process before
+its scheduler sees it: SGLang's ``TokenizerManager`` (``sglang/srt/managers/
+tokenizer_manager.py``: ``generate_request`` -> ``_tokenize_one_request`` ->
+``_send_one_request``, one asyncio process that also streams every output token), vLLM v1's
+``AsyncLLM`` (``vllm/v1/engine/async_llm.py``: ``add_request`` processes the prompt before it is
+sent to ``EngineCore``), ``trtllm-serve``'s FastAPI server. When a benchmark sends its requests
+at once (``vllm bench serve`` with rate ``inf``), they reach the scheduler spread over ``N x`` the
+per-request cost, not at t = 0: the scheduler forms its first batches from the few that have
+arrived. The front end's per-request cost (``engine/frontend.py``: ``per_request_s +
+per_input_token_s x prompt``) is that work; here it delays the engine's arrivals, served first
+come first served by one process per replica (``servers`` pooled into one ``servers`` times
+faster, as the front end does).
+
+The simulation runs on the delayed arrivals; its records are then put back on the client's
+clock (``arrival_s`` and ``dispatch_s`` earlier by each request's delay), so TTFT counts the
+wait in the tokenizer. The front end's pass after the engine (``frontend.behind_frontend``)
+replays the same per-request jobs at the client's arrivals beside the output tokens' jobs, so
+the API process's time is charged once per job. Zero per-request costs change nothing (the
+same workload object is simulated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from inferplan.engine.frontend import FrontEnd, fcfs_finish
+from inferplan.engine.session import ServingOptions, simulate
+from inferplan.engine.simulator import SimulationResult
+from inferplan.memory.plan import MemoryPlan
+from inferplan.metrics.records import FloatArray
+from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.request import Workload
+
+
+def tokenizer_delays(workload: Workload, fe: FrontEnd, servers: int = 1) -> FloatArray:
+    """Seconds each request spends in the tokenizer stage (queue and its own work) before the
+    scheduler sees it; zeros where the front end has no per-request cost."""
+    cost = (fe.per_request_s + fe.per_input_token_s * workload.input_tokens) / max(servers, 1)
+    arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
+    if not np.any(cost > 0):
+        return np.zeros(arrivals.size)
+    return fcfs_finish(arrivals, np.asarray(cost, dtype=np.float64)) - arrivals
+
+
+def at_client_times(result: SimulationResult, delays: FloatArray) -> SimulationResult:
+    """``result`` of a run on delayed arrivals, on the client's clock: every request arrived
+    (and was dispatched) ``delays`` earlier; the duration runs from the first dispatch."""
+    if not np.any(delays > 0):
+        return result
+    rec = result.records
+    records = replace(rec, arrival_s=rec.arrival_s - delays, dispatch_s=rec.dispatch_s - delays)
+    ends = records.finish_s[np.isfinite(records.finish_s)]
+    start = float(records.dispatch_s.min()) if records.num_requests else 0.0
+    duration = float(ends.max()) - start if ends.size else 0.0
+    return replace(result, records=records, duration_s=duration)
+
+
+def simulate_tokenized(
+    plan: MemoryPlan,
+    model: StepTimeModel,
+    workload: Workload,
+    options: ServingOptions,
+    fe: FrontEnd,
+    on_progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """``session.simulate`` with the requests passing the tokenizer stage of ``fe`` first (one
+    per replica), the records on the client's clock."""
+    delays = tokenizer_delays(workload, fe, options.data_parallel_size)
+    if not np.any(delays > 0):
+        return simulate(plan, model, workload, options, on_progress)
+    delayed = replace(workload, arrival_s=workload.arrival_s + delays)
+    return at_client_times(simulate(plan, model, delayed, options, on_progress), delays)

@@ -1,0 +1,27 @@
+"""Which front end a published run is simulated behind (plan/published_runs.py row_frontend)."""
+
+from __future__ import annotations
+
+from inferplan.engine.frontend import FrontEnd, engine_frontend
+from inferplan.plan.published import bundled_published
+from inferplan.plan.published_runs import row_frontend
+
+
+def test_triton_rows_tokenize_before_the_engine_and_bench_rows_have_no_front_end() -> None:
+    rows = bundled_published()
+    triton = next(r for r in rows if r.settings.get("frontend", "").startswith("Triton"))
+    fe = row_frontend(triton)
+    assert 0 < fe.per_request_s <= 0.010  # the fit's bound: 10 ms per request
+    assert fe.per_token_s == 0.0  # streamed by Triton's C++ server, not an HTTP front end
+    bench = next(r for r in rows if not r.settings.get("bench") and not r.settings.get("frontend"))
+    assert row_frontend(bench) == FrontEnd()
+
+
+def test_vllm_serve_rows_keep_their_engine_front_end() -> None:
+    row = next(
+        r
+        for r in bundled_published()
+        if r.engine == "vllm" and r.settings.get("bench", "").startswith("vllm bench serve")
+    )
+    assert row_frontend(row) == engine_frontend("vllm", row.engine_version)
+    assert row_frontend(row).per_request_s == 0.0  # vLLM's arrivals are not delayed
