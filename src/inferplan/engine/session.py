@@ -168,6 +168,19 @@ def simulate(
     return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
 
 
+# SGLang 0.5 with DP attention (``server_args.py`` ``_handle_data_parallelism``) divides
+# ``chunked_prefill_size`` by ``dp_size`` per rank ("to avoid MoE kernel issues") and scales
+# ``schedule_conservativeness`` by 0.3.
+SGLANG_DP_ATTENTION_CONSERVATIVENESS = 0.3
+
+
+def sglang_dp_attention(chunk: int, conservativeness: float | None) -> tuple[int, float]:
+    """SGLang's pooled prefill budget and conservativeness with DP attention on: each rank gets
+    ``chunk // dp`` tokens, so the ranks together take ``chunk`` (the scheduler pools them), and
+    the new-token ratio starts at 0.3 of its scale."""
+    return chunk, (conservativeness or 1.0) * SGLANG_DP_ATTENTION_CONSERVATIVENESS
+
+
 def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationConfig:
     """The scheduler's limits from the plan, the run's knobs from the options."""
     cfg = plan.config
@@ -181,8 +194,11 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
             f"--engine sglang: {plan.spec.name} keeps a per-sequence linear-attention state; "
             "SGLang's separate state pool is not emulated: use --engine vllm"
         )
+    budget, conservativeness = cfg.max_num_batched_tokens * dpa, options.schedule_conservativeness
+    if options.engine == "sglang" and dpa > 1:
+        budget, conservativeness = sglang_dp_attention(cfg.max_num_batched_tokens, conservativeness)
     scheduler = SchedulerConfig(
-        max_num_batched_tokens=cfg.max_num_batched_tokens * dpa,
+        max_num_batched_tokens=budget,
         max_num_seqs=cfg.max_num_seqs * dpa,
         block_size=cfg.block_size,
         num_blocks=layout.num_blocks,
@@ -194,7 +210,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         kv_groups=layout.groups,
         enable_prefix_caching=options.prefix_caching,
         kv_tiers=offload_config(plan, options, layout.block_bytes) if options.kv_tiers else None,
-        schedule_conservativeness=options.schedule_conservativeness or 1.0,
+        schedule_conservativeness=conservativeness or 1.0,
     )
     return SimulationConfig(
         scheduler=scheduler,
