@@ -120,6 +120,11 @@ class RunningSet:
             self.drop(np.array([row], dtype=np.int64))
         return values
 
+    def truncate(self, size: int) -> None:
+        """Keep the first ``size`` rows (the last admitted leave, as preemption victims)."""
+        assert 0 <= size <= self._size
+        self._resize(size)
+
     @property
     def all_decoding(self) -> bool:
         """Every request needs exactly one token and has sampled before: no prefill chunk is

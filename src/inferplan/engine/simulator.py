@@ -27,6 +27,7 @@ import numpy as np
 
 from inferplan.engine.admission import Admission, AdmissionConfig, AdmissionLedger
 from inferplan.engine.aging import AgingQueue
+from inferplan.engine.chain import preemption_chain
 from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
@@ -333,6 +334,8 @@ class Simulation:
         # A step starting within rounding of the bound counts as starting at it (it sees it).
         if next_arrival_s < math.inf:
             next_arrival_s -= same_time_s(next_arrival_s)
+        if chain and preemption_chain(replica, next_arrival_s, preempting=False):
+            return  # the loop below, at once (``engine/chain.py``)
         while True:
             k, a, b, pool_bound = stretches.stretch_steps(next_arrival_s)
             if k > 0:
@@ -341,6 +344,8 @@ class Simulation:
                 if k == 0:
                     replica.step()
                 return
+            if preemption_chain(replica, next_arrival_s, preempting=True):
+                return  # the preemption steps and stretches to this loop's end, at once
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return

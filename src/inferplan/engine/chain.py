@@ -1,0 +1,285 @@
+"""Chains of decode stretches and tail preemptions in one pass (issue 10, above capacity).
+
+Above capacity vLLM v1's KV pool stays full: a pure-decode batch grows until a step's new blocks
+do not fit, the running pass preempts the last-admitted request (recompute: it goes back to the
+queue's head), the rest decode on, and a few steps later the next victim follows, until a request
+finishes, an arrival comes or the queue head fits. ``Simulation._advance`` ran such a chain one
+piece at a time (``DecodeStretches.stretch_steps``, ``advance_decode``,
+``preempting_decode_step``), each piece reducing or writing every column of the batch. Here the
+chain's block arithmetic comes from the rows' state at its start, in closed form:
+
+- **Blocks.** With the first ``p`` rows (admission order) running and chain step ``j`` done, they
+  hold ``G(p, j) = p * (j // B) + H_p[j % B]`` blocks, ``H_p[u] = sum_{i<p} ceil((c_i + u + 1) /
+  B)`` (``c_i``: row ``i``'s computed tokens at the chain's start, ``B`` the block size). Step
+  ``j`` of ``p`` rows gets its blocks iff ``G(p, j) <= U``, ``U`` the blocks those rows and the
+  free pool hold at the start (a victim frees all of its blocks). The first failing step of ``p``
+  rows is therefore ``min_u B * t_u + u`` with ``t_u = max(0, (U - H_p[u]) // p + 1)``; fewer
+  rows fail later, and victims pop from the tail, so row ``p - 1`` is preempted at exactly the
+  first failing step of ``p`` rows (``preempting_decode_step``'s victim count, ``num_victims``,
+  is the same test).
+- **Finishes.** Row ``i`` finishes at step ``r_i - 1`` (``r_i``: output tokens left) unless
+  preempted first; a segment's fewest-left is a prefix minimum over the rows still running.
+
+Everything that leaves a trace (the step-time lines, the arrival bound, the ITL histogram, the KV
+trace, the queue pushes, the victims' counts) is done per segment exactly as the stepwise code
+does it, with the same float expressions in the same order, so results are byte-identical; only
+the columns are written once, at the chain's end. It applies where ``preempting_decode_step``
+would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue), recompute, a uniform
+pool without prefix caching, KV tiers or admission policies, every row decoding and having
+emitted at ``now``. Under the priority policy, with prefix caching or windowed layers the
+stepwise path runs as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.schedulers import Scheduler
+from inferplan.engine.stretch import _steps_before
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import Replica
+
+TAIL_ROWS = 16  # rows whose failing steps are computed at a time (chains pop a few)
+
+
+def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: bool) -> bool:
+    """In place of ``Simulation._advance``'s loop of stretches and preemption steps, from its
+    start (``preempting`` False: a stretch comes first) or from a preemption step: run the
+    chain up to the point where that loop returns (a finish, the arrival bound, a head that
+    can join, a stretch cut by its step-time line). False, having done nothing, where the
+    chain does not apply, or (from a stretch) where the pool lasts a round of block crossings,
+    so that the stretch is unlikely to end in a preemption (below capacity)."""
+    if not preempting and replica.pool.free >= len(replica.running):
+        return False
+    if not _applies(replica):
+        return False
+    chain = _Chain(replica)
+    if not chain.is_consistent(preempting):
+        return False
+    chain.run(next_arrival_s, preempting)
+    return True
+
+
+def _applies(r: Replica) -> bool:
+    sched, pool, cfg, run = r.scheduler, r.pool, r.cfg, r.running
+    if type(sched) is not Scheduler or sched.admission is not None or r.offload is not None:
+        return False
+    if cfg.preemption_mode != "recompute" or pool.cache is not None or not pool.is_uniform:
+        return False
+    if r.swapped or r.waiting.policy == "priority" or not len(run) or not r.is_decoding():
+        return False
+    return bool(run.last_token_s.min() == r.now)
+
+
+class _Chain:
+    """The chain's state as scalars (steps done ``j``, rows running ``p``, the clock) over the
+    columns at its start, which stay untouched until ``_commit``."""
+
+    def __init__(self, r: Replica) -> None:
+        run, block = r.running, r.cfg.block_size
+        self.r, self.block, self.n = r, block, len(run)
+        self.computed = run.num_computed.copy()
+        self.held_start = int(run.held_blocks.sum())
+        self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
+        self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
+        self.computed_sum = int(self.computed.sum())  # of the running rows, at the start
+        self.left_prefix = np.minimum.accumulate(run.target - run.num_generated)
+        self.units = np.arange(block)
+        self.lo = self.n  # H_p and first failing steps known for p in [lo, n]
+        self.h_rows = self._all_rows_h()[None, :]
+        self.fails: list[float] = []
+        self._extend()
+        self.j, self.p, self.now = 0, self.n, r.now
+        self.seg_max_itl = -math.inf  # the largest last step of the segments so far
+        # Each victim's id, computed tokens, and largest last step of the segments it ran.
+        self.victim_ids: list[int] = []
+        self.victim_computed: list[int] = []
+        self.victim_itl: list[float] = []
+        self.finished = False
+
+    # ---- block arithmetic -------------------------------------------------------------------
+
+    def _all_rows_h(self) -> np.ndarray:
+        """``H_n[u] = sum_i ceil((c_i + u + 1) / B) = sum_i (c_i // B + 1 + [c_i % B >= B - u])``
+        from a histogram of the rows' offsets in their last block."""
+        block, c = self.block, self.computed
+        counts = np.bincount(c % block, minlength=block)
+        at_least = np.concatenate((np.cumsum(counts[::-1])[::-1], [0]))  # [v]: offsets >= v
+        return int((c // block).sum()) + self.n + at_least[block - self.units]
+
+    def _first_failures(self, lo: int, h: np.ndarray) -> list[float]:
+        """The first chain step whose blocks ``p`` rows cannot all get, for ``p = lo, lo + 1,
+        ...`` (``h``: their ``H_p``, one row each; inf for no rows)."""
+        rows = np.arange(lo, lo + len(h))[:, None]
+        steps = np.maximum((self.usable - h) // np.maximum(rows, 1) + 1, 0) * self.block
+        fails: list[float] = (steps + self.units).min(axis=1).tolist()
+        if lo == 0:
+            fails[0] = math.inf
+        return fails
+
+    def _extend(self) -> None:
+        """``H_p`` and the first failing steps of the next ``TAIL_ROWS`` smaller ``p``."""
+        hi = self.lo
+        lo = max(hi - TAIL_ROWS, 0)
+        q = (self.computed[lo:hi, None] + self.units + self.block) // self.block
+        suffix = np.cumsum(q[::-1], axis=0)[::-1]  # [k]: rows lo + k .. hi - 1
+        h = self.h_rows[0] - suffix  # H_p for p = lo .. hi - 1
+        if not self.fails:  # the first block: p = n too
+            h = np.concatenate((h, self.h_rows))
+            self.h_rows = h
+        else:
+            self.h_rows = np.concatenate((h, self.h_rows))
+        self.fails = self._first_failures(lo, h) + self.fails
+        self.lo = lo
+
+    def fails_at(self, p: int) -> float:
+        while p < self.lo:
+            self._extend()
+        return self.fails[p - self.lo]
+
+    def held(self, p: int, j: int) -> int:
+        """``G(p, j)``: blocks the first ``p`` rows hold once chain step ``j`` has run."""
+        while p < self.lo:
+            self._extend()
+        return p * (j // self.block) + int(self.h_rows[p - self.lo][j % self.block])
+
+    def is_consistent(self, preempting: bool) -> bool:
+        """Each row holds exactly its KV's blocks, and if ``preempting`` the next step is a
+        preemption step (the state a pool-bound stretch leaves)."""
+        if self.held(self.n, -1) != self.held_start:
+            return False
+        return not preempting or self.fails_at(self.n) == 0
+
+    # ---- the chain --------------------------------------------------------------------------
+
+    def run(self, next_arrival_s: float, preempting: bool) -> None:
+        """Preemption steps and stretches, as ``Simulation._advance``'s loop takes them."""
+        r = self.r
+        while True:
+            if preempting and self._preemption_step(next_arrival_s):
+                return
+            preempting = True
+            k, a, b, pool_bound = self._stretch_steps(next_arrival_s)
+            if k > 0:
+                self._segment(k, a, b, self._context())
+            if not pool_bound:
+                self._commit()
+                if k == 0:
+                    r.step()
+                return
+
+    def _preemption_step(self, next_arrival_s: float) -> bool:
+        """``preempting_decode_step`` and the loop's checks after it; True where the loop
+        returns (the chain is committed then)."""
+        r = self.r
+        self._preempt_victims()
+        if self.p == 0:  # nothing left to run: the loop's ``can_stretch`` fails
+            self._commit()
+            return True
+        context = self._context()
+        a, b, _ = r.model.decode_line(self.p, context)
+        self._segment(1, a + 0.0, b, context)  # the preemption step (no swap time)
+        if self.finished or self.now >= next_arrival_s or self._head_can_join():
+            self._commit()
+            return True
+        return False
+
+    def _preempt_victims(self) -> None:
+        """The preemption step's running pass: pop the last rows while the rest cannot all get
+        their blocks (``Scheduler.preempt``'s records and queue push, per victim)."""
+        r, j = self.r, self.j
+        run = r.running
+        while self.p > 0 and self.fails_at(self.p) <= j:
+            row = self.p - 1
+            rid = int(run.ids[row])
+            computed = int(self.computed[row]) + j
+            r.waiting.push_front(rid, num_tokens=computed + 1)
+            self.computed_sum -= computed - j
+            self.victim_ids.append(rid)
+            self.victim_computed.append(computed)
+            self.victim_itl.append(self.seg_max_itl)
+            self.p = row
+
+    def _context(self) -> int:
+        """The running rows' total context: ``sum(num_computed) + n`` as the batch stands."""
+        p = self.p
+        return self.computed_sum + p * self.j + p
+
+    def _left(self) -> int:
+        """Fewest output tokens left among the running rows."""
+        return int(self.left_prefix[self.p - 1]) - self.j
+
+    def _head_can_join(self) -> bool:
+        """``DecodeStretches.can_stretch`` negated, with the blocks left after the next step
+        (``Scheduler.available_blocks(after_decode_step=True)``) from ``G``."""
+        r, p = self.r, self.p
+        cfg = r.cfg
+        if p > cfg.max_num_batched_tokens:
+            return True  # no stretch: the loop returns
+        if not len(r.waiting) or p >= cfg.max_num_seqs:
+            return False
+        leftover = cfg.max_num_batched_tokens - p
+        if leftover <= 0:
+            return False
+        available = self.usable - self.held(p, self.j)
+        return r.scheduler.head_chunk(leftover, available) is not None
+
+    def _stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
+        """``DecodeStretches.stretch_steps`` of the chain's state: the same float steps."""
+        r, p = self.r, self.p
+        context = self._context()
+        a, b, limit = r.model.decode_line(p, context)
+        k = self._left()
+        if math.isfinite(limit):
+            k = min(k, max(0, math.ceil((limit - context) / p)))
+        k_pool = int(self.fails_at(p)) - self.j
+        if math.isfinite(next_arrival_s):
+            # Capped at ``k_pool + 1``: a larger answer ends the stretch at the pool all the
+            # same, and the cap usually settles the search at once.
+            cap = min(k, k_pool + 1)
+            k = _steps_before(next_arrival_s - self.now, a, b, context, p, cap)
+        return min(k, k_pool), a, b, k_pool < k
+
+    def _segment(self, k: int, a: float, b: float, context: int) -> None:
+        """``DecodeStretches.advance_decode`` of ``k`` steps, every row having emitted at
+        ``now``: the KV trace, the ITL samples and the clock; the columns wait."""
+        r, n = self.r, self.p
+        first = a + b * context
+        step = b * n
+        total = k * a + b * (k * context + n * k * (k - 1) / 2)
+        r.trace.record(self.now, self.outside + self.held(n, self.j - 1))
+        self.seg_max_itl = max(self.seg_max_itl, first + (k - 1) * step)
+        r.itl.add_arithmetic(first, step, k, float(n))
+        self.now += total
+        self.finished = k >= self._left()
+        self.j += k
+
+    def _commit(self) -> None:
+        """Write the chain into the replica: the running rows' columns, the victims' largest
+        gaps, the pool, the clock; then the finishes, as ``advance_decode`` does."""
+        r, p, j = self.r, self.p, self.j
+        run, rec = r.running, r.records
+        if self.victim_ids:  # ``Scheduler.preempt``'s counts (no request is a victim twice)
+            ids = np.array(self.victim_ids, dtype=np.int64)
+            rec.num_preemptions[ids] += 1
+            rec.recomputed_tokens[ids] += np.array(self.victim_computed, dtype=np.int64)
+            gaps = np.array(self.victim_itl)
+            ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
+            rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
+        run.truncate(p)
+        if j:
+            run.num_computed += j
+            run.num_generated += j
+            run.num_tokens += j
+            np.floor_divide(run.num_computed + (self.block - 1), self.block, out=run.held_blocks)
+            run.last_token_s[:] = self.now
+            rec.max_itl_s[run.ids] = np.fmax(rec.max_itl_s[run.ids], self.seg_max_itl)
+        r.pool.free = self.usable - self.held(p, j - 1)
+        r.now = self.now
+        r.num_steps += j
+        if self.finished:
+            r.finish((run.num_generated >= run.target).nonzero()[0])

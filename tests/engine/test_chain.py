@@ -1,0 +1,190 @@
+"""Chains of stretches and tail preemptions in one pass (``engine/chain.py``): fast mode == exact
+mode, and the chain == the stepwise fast path it replaces, bit for bit.
+
+The cases are built to preempt from the tail again and again (a pool a few blocks above one
+longest request, outputs long beside the prompts); each test also checks that chains ran, so a
+condition that stops matching cannot pass silently. Where the chain must not run (vLLM's
+priority victims, prefix caching, windowed pools, swap, other schedulers, admission policies)
+the tests check that it did not, and fast == exact still holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplan.engine import simulator as simulator_module
+from inferplan.engine.admission import AdmissionConfig
+from inferplan.engine.chain import _Chain, preemption_chain
+from inferplan.engine.simulator import Simulation, SimulationResult
+
+from .test_fast_equals_exact import (
+    BASE,
+    WINDOWED,
+    Case,
+    _check_case,
+    _config,
+    _plan_and_model,
+    _workload,
+)
+
+
+@pytest.fixture
+def chains_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of ``preemption_chain`` that ran a chain with a preemption."""
+    taken: list[int] = []
+
+    def counting(replica, next_arrival_s, *, preempting):  # type: ignore[no-untyped-def]
+        before = int(replica.records.num_preemptions.sum())
+        ran = preemption_chain(replica, next_arrival_s, preempting=preempting)
+        taken.append(int(ran and replica.records.num_preemptions.sum() > before))
+        return ran
+
+    monkeypatch.setattr(simulator_module, "preemption_chain", counting)
+    return taken
+
+
+TAIL = replace(
+    BASE,
+    num_requests=40,
+    max_input=120,
+    max_output=900,
+    request_rate=50.0,
+    block_size=16,
+    spare_blocks=20,
+    max_num_batched_tokens=512,
+)
+
+
+def _fast(case: Case, *, chain: bool, monkeypatch: pytest.MonkeyPatch) -> SimulationResult:
+    """A fast run with the chain on, or off (the stepwise fast path)."""
+    if not chain:
+        monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
+    plan, model = _plan_and_model()
+    wl = _workload(case)
+    res = Simulation(wl, _config(case, wl, plan, exact=False), model).run(
+        check=lambda replica: replica.check_invariants()
+    )
+    monkeypatch.undo()
+    return res
+
+
+def _assert_identical(a: SimulationResult, b: SimulationResult) -> None:
+    """Every record, the ITL histogram's state and the KV trace, bit for bit."""
+    assert a.num_steps == b.num_steps
+    assert a.duration_s == b.duration_s
+    for name in (
+        "status",
+        "num_preemptions",
+        "recomputed_tokens",
+        "output_tokens",
+        "arrival_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "max_itl_s",
+    ):
+        assert np.array_equal(getattr(a.records, name), getattr(b.records, name), equal_nan=True)
+    assert np.array_equal(a.itl.counts, b.itl.counts)
+    first, second = ([h.sum_s, h.total_weight, h.min_s, h.max_s, h.std()] for h in (a.itl, b.itl))
+    assert np.array_equal(first, second, equal_nan=True)
+    assert [t.summary() for t in a.traces] == [t.summary() for t in b.traces]
+
+
+def test_tail_preemptions_chain_and_fast_equals_exact(chains_taken: list[int]) -> None:
+    fast = _check_case(TAIL)
+    assert fast.records.num_preemptions.sum() > 50
+    assert sum(chains_taken) > 10
+
+
+def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    chained = _fast(TAIL, chain=True, monkeypatch=monkeypatch)
+    stepwise = _fast(TAIL, chain=False, monkeypatch=monkeypatch)
+    assert chained.records.num_preemptions.sum() > 50
+    _assert_identical(chained, stepwise)
+
+
+@st.composite
+def tail_cases(draw: st.DrawFn) -> Case:
+    return replace(
+        TAIL,
+        num_requests=draw(st.integers(15, 50)),
+        max_input=draw(st.integers(1, 300)),
+        max_output=draw(st.integers(200, 1500)),
+        request_rate=draw(st.sampled_from([5.0, 50.0, 500.0, math.inf])),
+        burstiness=draw(st.sampled_from([0.3, 1.0, 4.0])),
+        seed=draw(st.integers(0, 2**16)),
+        block_size=draw(st.sampled_from([1, 4, 16, 32])),
+        spare_blocks=draw(st.integers(0, 40)),
+        max_num_seqs=draw(st.sampled_from([3, 8, 1024])),
+        max_num_batched_tokens=draw(st.sampled_from([16, 64, 256, 2048])),
+        scheduling_policy=draw(st.sampled_from(["fcfs", "fcfs", "spf", "priority"])),
+        data_parallel_size=draw(st.sampled_from([1, 1, 2])),
+        router=draw(st.sampled_from(["round_robin", "least_outstanding"])),
+        max_concurrency=draw(st.sampled_from([None, None, 4])),
+        reject_some=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tail_cases())
+def test_fast_equals_exact_and_stepwise_when_tails_are_preempted(case: Case) -> None:
+    fast = _check_case(case)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        stepwise = _fast(case, chain=False, monkeypatch=monkeypatch)
+    _assert_identical(fast, stepwise)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"scheduling_policy": "priority"},  # vLLM's victim: the largest (priority, arrival)
+        {"preemption_mode": "swap"},
+        {"scheduler": "prefill_first"},
+        {"kv_groups": WINDOWED},
+        {"prefix_entry_blocks": 2},
+        {"admission": AdmissionConfig(policy="reserve-none")},
+    ],
+    ids=["priority", "swap", "prefill-first", "windowed", "prefix-caching", "admission"],
+)
+def test_chain_stays_off_where_its_victims_or_blocks_differ(
+    change: dict[str, object], chains_taken: list[int]
+) -> None:
+    """Victims other than the last admitted, blocks that are not one per crossing, or a pass
+    with hooks of its own: the stepwise path runs, and still equals exact mode."""
+    case = replace(TAIL, **change)  # type: ignore[arg-type]
+    fast = _check_case(case)
+    assert fast.records.num_preemptions.sum() > 0
+    assert sum(chains_taken) == 0
+
+
+def test_first_failing_steps_match_a_step_by_step_count() -> None:
+    """``G(p, j)`` and each ``p``'s first failing step against counting blocks step by step,
+    on rows whose offsets in their last block differ (block size 4)."""
+    rng = np.random.default_rng(0)
+    block, usable = 4, 200
+    computed = rng.integers(1, 40, size=40)
+
+    class _Stub:
+        pass
+
+    chain = _Chain.__new__(_Chain)
+    chain.r, chain.block, chain.n = _Stub(), block, len(computed)  # type: ignore[assignment]
+    chain.computed, chain.usable = computed, usable
+    chain.units = np.arange(block)
+    chain.lo, chain.fails = chain.n, []
+    chain.h_rows = chain._all_rows_h()[None, :]
+    chain._extend()
+    for p in range(len(computed), -1, -1):
+        held = [int(-(-(computed[:p] + j + 1) // block).sum()) for j in range(60)]
+        assert [chain.held(p, j) for j in range(60)] == held
+        failing = [j for j in range(60) if held[j] > usable]
+        if failing:
+            assert chain.fails_at(p) == failing[0]
+        else:
+            assert chain.fails_at(p) >= 60
