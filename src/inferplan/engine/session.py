@@ -18,6 +18,7 @@ from inferplan.memory.blockpool import pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.workload.prefixes import with_own_blocks
 from inferplan.workload.request import Workload
 
 SCHEDULERS = ("continuous", "static", "prefill-first")
@@ -165,6 +166,8 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     sim_cfg = simulation_config(plan, options)
+    if _rehits_own_blocks(options):
+        workload = with_own_blocks(workload)
     return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
 
 
@@ -179,6 +182,20 @@ def sglang_dp_attention(chunk: int, conservativeness: float | None) -> tuple[int
     ``chunk // dp`` tokens, so the ranks together take ``chunk`` (the scheduler pools them), and
     the new-token ratio starts at 0.3 of its scale."""
     return chunk, (conservativeness or 1.0) * SGLANG_DP_ATTENTION_CONSERVATIVENESS
+
+
+def _rehits_own_blocks(options: ServingOptions) -> bool:
+    """vLLM v1 with its prefix caching on, recompute preemption and nothing else that reads
+    the cache (KV tiers, admission policies): a preempted request hits its own freed blocks
+    when it is admitted again (``workload/prefixes.py`` ``with_own_blocks``)."""
+    return (
+        options.engine == "vllm"
+        and options.scheduler == "continuous"
+        and options.prefix_caching
+        and options.preemption_mode == "recompute"
+        and not options.kv_tiers
+        and options.admission is None
+    )
 
 
 def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationConfig:

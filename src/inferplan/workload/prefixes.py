@@ -127,3 +127,27 @@ def _check_size(num_blocks: int, what: str) -> None:
             f"hash, more than {MAX_HASHED_BLOCKS} (MAX_HASHED_BLOCKS); use fewer or shorter "
             "prompts"
         )
+
+
+def with_own_blocks(workload: Workload) -> Workload:
+    """``workload`` with every request's own block hashes over its prompt and output, shared
+    with no other request, where it has none: distinct prompts (``vllm bench serve``'s random
+    and ShareGPT prompts) under vLLM v1's prefix caching. vLLM hashes and caches every full
+    block it computes, prompt and output, and keeps the hashes of a preempted request's freed
+    blocks until they are evicted, so the request hits its own KV when it is admitted again
+    instead of recomputing it (``v1/core/kv_cache_manager.py`` ``get_computed_blocks``,
+    ``block_pool.py`` ``free_blocks``; notes in ``memory/prefixcache.py``). Too many blocks to
+    hash (``MAX_HASHED_BLOCKS``): the workload is returned as it is."""
+    if workload.prefix_hashes is not None:
+        return workload
+    total = int((workload.input_tokens + workload.output_tokens).sum()) // HASH_BLOCK_TOKENS
+    if total > MAX_HASHED_BLOCKS:
+        return workload
+    none: list[str | None] = [None] * workload.num_requests
+    hashes = session_hashes(none, workload.input_tokens, workload.output_tokens)
+    return replace(
+        workload,
+        prefix_hashes=hashes,
+        prefix_block_tokens=HASH_BLOCK_TOKENS,
+        prefix_hashes_cover_output=True,
+    )
