@@ -56,6 +56,7 @@ from inferplan.plan.served import (
     served_efficiency,
     served_graphs,
     trtllm_release,
+    with_async_scheduling,
 )
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
@@ -318,6 +319,8 @@ def run_step_model(
     """The run's step-time model: its engine release's constants and decode CUDA graphs."""
     engine, version = ENGINES[first.engine], first.engine_version
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
+    if first.settings.get("async_scheduling") == "true":  # on fitted constants too
+        eff = with_async_scheduling(eff, engine)
     step = build_step_model(plan, efficiency=eff)
     if isinstance(step, RooflineModel) and not setup.closed_form:
         step.graphs = served_graphs(plan, engine, version)

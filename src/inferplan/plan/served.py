@@ -56,11 +56,28 @@ def host_efficiency(family: Efficiency, engine: str, version: str = "") -> Effic
 
 
 def served_efficiency(
-    family: Efficiency, plan: MemoryPlan, engine: str, version: str = ""
+    family: Efficiency,
+    plan: MemoryPlan,
+    engine: str,
+    version: str = "",
+    async_scheduling: bool = False,
 ) -> Efficiency:
-    """``family`` as ``engine`` runs ``plan``: its host costs and its kernel factor."""
+    """``family`` as ``engine`` runs ``plan``: its host costs and its kernel factor (and, with
+    ``async_scheduling``, vLLM v1's host work behind the GPU's: ``with_async_scheduling``)."""
     eff = host_efficiency(family, engine, version)
-    return with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
+    eff = with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
+    return with_async_scheduling(eff, engine) if async_scheduling else eff
+
+
+def with_async_scheduling(eff: Efficiency, engine: str) -> Efficiency:
+    """``eff`` as vLLM v1 runs with ``--async-scheduling`` (off by default in 0.10-0.13): its
+    ``AsyncScheduler`` schedules step n + 1 while the GPU runs step n and takes step n's
+    outputs meanwhile (``vllm/v1/engine/core.py`` ``step_with_batch_queue``, batch queue of 2;
+    vllm-project/vllm#19970, and #23569 overlapping input preparation too), so the host's
+    per-step and per-sequence work hides behind the GPU's as far as that lasts
+    (``perf/overlap.py``: ``host_overlap`` 1). Other engines: ``eff`` unchanged (SGLang
+    overlaps by default and TensorRT-LLM's overlap is in its fitted costs)."""
+    return replace(eff, host_overlap=1.0) if engine == "vllm" else eff
 
 
 def served_graphs(plan: MemoryPlan, engine: str, version: str = "") -> CudaGraphs | None:
