@@ -30,6 +30,7 @@ import yaml
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_overheads import overhead_class
 from inferplan.plan.calibration import golden_section, huber
+from inferplan.plan.folds import grouped_folds
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import RowResult, validate_rows
 from inferplan.specs.hardware import load_gpu
@@ -94,13 +95,10 @@ def priors(rows: list[PublishedRow], names: list[str]) -> Costs:
 def cross_validate(
     rows: list[PublishedRow], start: Costs, names: list[str], k: int, rounds: int, steps: int
 ) -> list[RowResult]:
-    cases = sorted({r.case_id for r in rows})
     out: list[RowResult] = []
-    for i in range(min(k, len(cases))):
-        held = set(cases[i::k])
-        train = [r for r in rows if r.case_id not in held]
+    for i, (train, held) in enumerate(grouped_folds(rows, k)):
         costs = fit(train, start, names, rounds, steps)
-        out.extend(predict([r for r in rows if r.case_id in held], costs))
+        out.extend(predict(held, costs))
         print(f"  fold {i + 1}/{k}: {costs}", file=sys.stderr, flush=True)
     return out
 

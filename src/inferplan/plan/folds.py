@@ -1,0 +1,33 @@
+"""Grouped k-fold cross-validation of the published rows, by configuration.
+
+The fit scripts (``scripts/fit_frontend.py``, ``scripts/fit_engine_overheads.py``) fit constants
+on some configurations and predict the others: the configurations (``case_id``: one model x GPU x
+parallelism x precision x engine version) are dealt round-robin in sorted order into ``k`` folds,
+so every row of a configuration is in the same fold and a fold's rows are predicted by constants
+that never saw that configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, TypeVar
+
+
+class HasCase(Protocol):
+    @property
+    def case_id(self) -> str: ...
+
+
+RowT = TypeVar("RowT", bound=HasCase)
+
+
+def grouped_folds(rows: Sequence[RowT], k: int) -> Iterator[tuple[list[RowT], list[RowT]]]:
+    """(training rows, held-out rows) of each fold: configurations dealt round-robin in sorted
+    order into ``min(k, configurations)`` folds."""
+    cases = sorted({r.case_id for r in rows})
+    for i in range(min(k, len(cases))):
+        held = set(cases[i::k])
+        yield (
+            [r for r in rows if r.case_id not in held],
+            [r for r in rows if r.case_id in held],
+        )
