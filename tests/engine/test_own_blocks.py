@@ -47,3 +47,17 @@ def test_a_preempted_request_recomputes_less_when_its_blocks_are_cached() -> Non
     recomputed = np.array([cached["recomputed_tokens"], uncached["recomputed_tokens"]], dtype=float)
     assert recomputed[0] < 0.5 * recomputed[1]
     assert float(cached["duration"]) < float(uncached["duration"])  # type: ignore[arg-type]
+    assert "prefix_cache_hit_rate" not in cached  # re-hits are not prefix reuse
+
+
+def test_a_run_without_preemption_is_unchanged_by_its_own_blocks() -> None:
+    plan = build_memory_plan(
+        "Llama-3.1-8B", "h100", 1, 1, False, None, "auto", 4096, 0.9, 8192, 1024, 16
+    )
+    wl = build_workload("random", num_prompts=50, random_input_len=500, request_rate=20.0)
+    model = build_step_model(plan)
+    runs = [
+        simulate(plan, model, wl, ServingOptions(enable_prefix_caching=on)) for on in (True, False)
+    ]
+    with_cache, without = (summarize(r.records, r.itl, duration_s=r.duration_s) for r in runs)
+    assert with_cache == without and not with_cache["num_preemptions"]

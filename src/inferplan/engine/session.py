@@ -8,7 +8,7 @@ GPU's host link.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
@@ -166,9 +166,13 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     sim_cfg = simulation_config(plan, options)
-    if _rehits_own_blocks(options):
-        workload = with_own_blocks(workload)
-    return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
+    if not _rehits_own_blocks(options) or workload.prefix_hashes is not None:
+        return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
+    result = Simulation(with_own_blocks(workload), sim_cfg, model).run(on_progress=on_progress)
+    # Nothing is shared between distinct prompts: the cache's hit counts (re-hits after a
+    # preemption) are not the prefix reuse the summary reports, which keeps its keys off.
+    records = replace(result.records, cached_tokens=None, prefix_queried_tokens=None)
+    return replace(result, records=records, prefix_caches=[])
 
 
 # SGLang 0.5 with DP attention (``server_args.py`` ``_handle_data_parallelism``) divides
