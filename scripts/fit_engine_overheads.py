@@ -4,8 +4,9 @@ Rows: the published latency rows (TTFT, TPOT, ITL) of one engine class
 (``perf/engine_overheads.py``: vLLM v1, SGLang), each predicted by simulating its run
 (``plan/published_runs.py``) with the GPU family's bundled fractions and the engine's host
 costs. Constants per engine class: ``step_overhead_s``, ``per_seq_overhead_s`` (and
-``layer_overhead_s`` with ``--with-layer``), inside ``BOUNDS``. Loss: mean Huber loss of log
-errors (``plan/calibration.py``). Method: coordinate descent, golden-section per constant.
+``layer_overhead_s`` with ``--with-layer``), inside ``BOUNDS`` (vLLM v1: ``VLLM_BOUNDS``).
+Loss: mean Huber loss of log errors (``plan/calibration.py``). Method: coordinate descent,
+golden-section per constant.
 
 Cross-validation: grouped k-fold by configuration (``case_id``), dealt round-robin in sorted
 order; each fold is predicted with the constants fitted on the others, starting from the same
@@ -40,6 +41,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "per_seq_overhead_s": (0.0, 1e-4),  # 100 us per request and step
     "layer_overhead_s": (0.0, 1e-4),
 }
+# vLLM v1: at most what it is measured to spend on the host (fit_frontend.py VLLM_HOSTS).
+VLLM_BOUNDS = {**BOUNDS, "step_overhead_s": (0.0, 3e-3), "per_seq_overhead_s": (0.0, 2e-5)}
 DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
 Costs = dict[str, float]
 
@@ -77,7 +80,8 @@ def fit(rows: list[PublishedRow], start: Costs, names: list[str], rounds: int, s
             def objective(value: float, name: str = name, base: Costs = costs) -> float:
                 return loss(predict(rows, {**base, name: value}))
 
-            value = golden_section(objective, *BOUNDS[name], steps)
+            bounds = VLLM_BOUNDS if overhead_class(rows[0].engine) == "vllm-v1" else BOUNDS
+            value = golden_section(objective, *bounds[name], steps)
             trial = {**costs, name: value}
             trial_loss = loss(predict(rows, trial))
             if trial_loss < best:

@@ -5,7 +5,9 @@ by ``vllm bench serve`` (GPUStack), by front-end class (``engine/frontend.py``: 
 SGLang, ``trtllm-serve``). Constants per class: the front end's ``per_request_s``,
 ``per_input_token_s`` and ``per_token_s`` on a grid inside ``BOUNDS``, and for vLLM and SGLang
 the engine's host costs (``step_overhead_s``, ``per_seq_overhead_s``, ``perf/engine_overheads.py``)
-on ``HOST_GRID`` (TensorRT-LLM keeps ``fit_published.py``'s release costs). Every engine
+on ``HOSTS`` (vLLM v1: ``VLLM_HOSTS``, bounded by what vLLM is measured to spend on the
+host) with kernel factors on ``FACTORS`` (TensorRT-LLM keeps ``fit_published.py``'s release
+costs and its kernels; vLLM's BF16 is the reference, 1). Every engine
 simulation runs once per host-cost point; the front end is a pass over its records, so the
 whole grid is searched exhaustively. Loss: mean Huber loss of log errors.
 
@@ -35,6 +37,7 @@ from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import plan_kernel_class, scale_kernels
 from inferplan.plan.calibration import huber
+from inferplan.plan.folds import grouped_folds
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     burst_reason,
@@ -56,6 +59,7 @@ FRONTENDS = [
     FrontEnd(),
     FrontEnd(per_request_s=1 * MS, per_token_s=25 * US),
     FrontEnd(per_request_s=3 * MS),
+    FrontEnd(per_token_s=50 * US),
     FrontEnd(per_token_s=75 * US),
 ]
 # Kernel factors (perf/engine_kernels.py): (0, 1], 1 = the family constants.
@@ -63,6 +67,12 @@ FACTORS = [1.0, 0.75, 0.55, 0.4, 0.3]
 # Host costs (perf/engine_overheads.py): fit_engine_overheads.py's bounds, where its fit
 # ends (4.96 ms, 99 us), and a quarter of them.
 HOSTS = [(5 * MS, 100 * US), (1.25 * MS, 25 * US)]
+# vLLM v1's (synchronous scheduling): at most what it is measured to spend on the host, the time
+# --async-scheduling saves (docs/validation.md "Latency rows", vllmlat): about 3 ms per step
+# (GPUStack's gpt-oss-20b on one A100, `32000/100`, TPOT 278.2 ms synchronous, 275.0 ms async)
+# and 20 us per sequence and step (`2000/100`, 119.2 vs 114.2 ms at 256 sequences; 13 us per
+# sequence on A100 in vllm-project/vllm#23914: 5.4 % of 63 ms at 256 sequences).
+VLLM_HOSTS = [(1 * MS, 5 * US), (1 * MS, 20 * US), (3 * MS, 5 * US), (3 * MS, 20 * US)]
 FRONTEND_DATA = Path("src/inferplan/engine/data/frontend.yaml")
 HOST_DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
 KERNEL_DATA = Path("src/inferplan/perf/data/engine_kernels.yaml")
@@ -88,6 +98,14 @@ def served_rows(name: str) -> list[PublishedRow]:
     return [r for r in rows if r.run_key in runs]
 
 
+def run_factors(name: str, kernel: str) -> list[float]:
+    """The kernel factors tried for a run: none for TensorRT-LLM (its kernels are the
+    reference) and for vLLM's BF16 runs (the family constants describe BF16 GEMMs)."""
+    if name == "trtllm-serve" or (name == "vllm-v1" and kernel == "bf16"):
+        return [1.0]
+    return FACTORS
+
+
 def run_class(run: list[PublishedRow]) -> str:
     return plan_kernel_class(memory_plan(run_setup(run[0])))
 
@@ -96,13 +114,14 @@ def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[
     """{kernel class: table}: one simulation per run (every ``count``-th from ``index``), host
     point and factor."""
     hosts: list[Host] = [None] if name == "trtllm-serve" else list(HOSTS)
-    factors = [1.0] if name == "trtllm-serve" else FACTORS
+    if name == "vllm-v1":
+        hosts = list(VLLM_HOSTS)
     out: dict[str, Table] = {}
     for run in list(group_runs(rows).values())[index::count]:
         kernel = run_class(run)
         table = out.setdefault(kernel, {})
         family = row_efficiency(run[0], efficiency_for(load_gpu(run[0].gpu)))
-        for host, factor in itertools.product(hosts, factors):
+        for host, factor in itertools.product(hosts, run_factors(name, kernel)):
             eff = family
             if host is not None:
                 eff = replace(eff, step_overhead_s=host[0], per_seq_overhead_s=host[1])
@@ -177,14 +196,12 @@ def loss(rows: list[PublishedRow], predicted: dict[tuple[str, str], float | None
 def cross_validate(
     rows: list[PublishedRow], by_class: dict[str, Table], k: int
 ) -> tuple[list[tuple[PublishedRow, float]], list[Fit]]:
-    cases = sorted({r.case_id for r in rows})
     out: list[tuple[PublishedRow, float]] = []
     chosen = []
-    for i in range(min(k, len(cases))):
-        held = set(cases[i::k])
-        point = fit([r for r in rows if r.case_id not in held], by_class)
+    for train, held in grouped_folds(rows, k):
+        point = fit(train, by_class)
         chosen.append(point)
-        out.extend(errors([r for r in rows if r.case_id in held], predicted(by_class, point)))
+        out.extend(errors(held, predicted(by_class, point)))
     return out, chosen
 
 
@@ -223,14 +240,16 @@ def write(fitted: dict[str, Fit]) -> None:
             "per_token_s": float(f"{point.fe.per_token_s:.4g}"),
         }
         # HOSTS[0] stands for fit_engine_overheads.py's fit, at these bounds: kept as it is.
-        if point.host is not None and point.host != HOSTS[0]:
+        if point.host is not None and (name == "vllm-v1" or point.host != HOSTS[0]):
             host_data[name] = {
-                "step_overhead_s": point.host[0],
-                "per_seq_overhead_s": point.host[1],
+                "step_overhead_s": float(f"{point.host[0]:.4g}"),
+                "per_seq_overhead_s": float(f"{point.host[1]:.4g}"),
             }
         factors = {k: v for k, v in point.factors.items() if v != 1.0}
         if factors:
             kernel_data[name] = factors
+        else:
+            kernel_data.pop(name, None)
     for path, data in (
         (FRONTEND_DATA, fe_data),
         (HOST_DATA, host_data),
@@ -269,7 +288,9 @@ def main(argv: list[str]) -> int:
         start = Fit(
             None if name == "trtllm-serve" else HOSTS[0], FrontEnd(), {k: 1.0 for k in by_class}
         )
-        print(report("before (main's constants)", errors(rows, predicted(by_class, start))) + "\n")
+        before = errors(rows, predicted(by_class, start))
+        if before:  # vLLM v1's grid no longer holds the constants it started from
+            print(report("before (main's constants)", before) + "\n")
         fitted[name] = fit(rows, by_class)
         print(f"fitted: {describe(fitted[name])}\n")
         print(report("in-sample", errors(rows, predicted(by_class, fitted[name]))) + "\n")

@@ -14,8 +14,11 @@ GPU waits for is a property of the engine and its release, not of the GPU family
 
 The constants (``data/engine_overheads.yaml``: ``step_overhead_s``, ``per_seq_overhead_s``,
 ``layer_overhead_s``, the fields of ``perf/efficiency.py`` they replace) are fitted by
-``scripts/fit_engine_overheads.py`` to the published latency rows of that engine, with
-cross-validation grouped by configuration, inside the bounds given there. The roofline adds
+``scripts/fit_engine_overheads.py`` (or, jointly with the front end and kernel factors,
+``scripts/fit_frontend.py``) to the published latency rows of that engine, with
+cross-validation grouped by configuration, inside the bounds given there: for vLLM v1 what it
+is measured to spend on the host (what ``--async-scheduling`` saves, 3 ms per step and 20 us
+per sequence; ``docs/validation.md`` "Latency rows"). The roofline adds
 them to the step's GPU time (``RooflineModel._overhead``): an overlap the engine achieves shows
 up as a smaller fitted cost, not as ``max(GPU, host)``.
 """
