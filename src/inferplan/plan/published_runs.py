@@ -112,18 +112,25 @@ def _bytes_per_value(dtype: str) -> float:
     return {"nvfp4": 0.5, "mxfp4": 0.5, "fp8": 1.0}.get(dtype, 2.0)
 
 
+@cache
+def _bench_model_facts(model: str) -> tuple[int, int, int, int]:
+    """(attention layers, KV heads, head size, parameters) as ``trtllm-bench`` counts them."""
+    spec = load_model(model)
+    attention = [g for g in spec.layer_groups if g.attention.kind != "linear"]
+    att = attention[0].attention
+    layers = sum(g.num_layers for g in attention)
+    return layers, att.num_kv_heads, att.head_dim, count_params(spec).total
+
+
 def trtllm_bench_limits(
     row: PublishedRow, model: str, kv_bytes: float, fraction: float
 ) -> tuple[int, int]:
     """``trtllm-bench``'s (max_batch_size, max_num_tokens) for fixed lengths without chunked
     context (its ``tuning.py`` heuristic, on the device's reported total)."""
-    spec = load_model(model)
+    layers, kv_heads, head_dim, params = _bench_model_facts(model)
     isl, osl = row.input_len or 1, row.output_len or 1
-    attention = [g for g in spec.layer_groups if g.attention.kind != "linear"]
-    att = attention[0].attention
-    layers = sum(g.num_layers for g in attention)
-    kv_gib_per_token = 2 * layers * max(row.tp, att.num_kv_heads) * att.head_dim * kv_bytes / GIB
-    weights_gib = count_params(spec).total * _bytes_per_value(row.weights_dtype) / GIB
+    kv_gib_per_token = 2 * layers * max(row.tp, kv_heads) * head_dim * kv_bytes / GIB
+    weights_gib = params * _bytes_per_value(row.weights_dtype) / GIB
     total_gib = (load_gpu(row.gpu).memory_bytes + 0.5 * GIB) / GIB * row.tp * row.pp
     cache_gib = max(total_gib - weights_gib, 0.0) * fraction
     batch = min(cache_gib / (kv_gib_per_token * (isl + osl)), 4096) / row.pp
