@@ -47,12 +47,18 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "collective_bandwidth": (0.1, 1.0),
     "collective_latency_s": (0.0, 3e-5),
     "dequant_gemm": (0.1, 1.0),
+    "moe_gemm": (0.1, 1.0),
 }
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
     "per_seq_overhead_s": (0.0, 5e-5),
     "layer_overhead_s": (0.0, 1e-4),
     "host_overlap": (0.0, 1.0),
+    # Zipf exponent of expert popularity (perf/moe.py), hot experts placed load-obliviously.
+    # 0 is uniform routing; 0.6 reproduces the per-expert skew TensorRT-LLM measured for
+    # DeepSeek-R1 (hottest expert 11.9x the mean; docs/moe.md section 5); at 1.0 every token
+    # picks the hottest of 128 or 256 experts (16-32x the mean), beyond any measurement.
+    "routing_skew": (0.0, 1.0),
 }
 DATA = Path("src/inferplan/perf/data/efficiency")
 COSTS_FILE = Path("src/inferplan/plan/data/published_cpu_costs.yaml")
@@ -265,6 +271,7 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
         "per_seq_overhead_s": prior.per_seq_overhead_s,
         "layer_overhead_s": 0.0,
         "host_overlap": 0.0,
+        "routing_skew": 0.0,
     }
     return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
 
