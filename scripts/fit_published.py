@@ -192,6 +192,11 @@ def model_family(row: PublishedRow) -> str:
     return name
 
 
+def parallelism(row: PublishedRow) -> str:
+    """As ``scripts/residuals_published.py --by parallel`` spells it."""
+    return f"tp{row.tp} pp{row.pp} ep{row.ep or 1}{' adp' if row.attention_dp else ''}"
+
+
 def table(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
     lines = [f"| {title} | n | median | p90 | max |", "|---|---:|---:|---:|---:|"]
     for name, signed in errors_by(results, key).items():
@@ -214,6 +219,7 @@ def report(results: list[RowResult], label: str) -> str:
     parts.append(table(results, lambda r: r.gpu, "GPU"))
     parts.append(table(results, lambda r: r.engine, "engine"))
     parts.append(table(results, model_family, "model family"))
+    parts.append(table(results, parallelism, "parallelism"))
     parts.append(table(results, lambda r: r.metric, "metric"))
     return "\n\n".join(parts)
 
@@ -238,6 +244,8 @@ def costs_yaml(costs: dict[str, dict[str, float]]) -> str:
         "# closed-form throughput rows of the bundled published table, jointly with each GPU",
         "# family's fractions: TensorRT-LLM's C++ engine flow (0.14, 0.17) and its PyTorch",
         "# backend (0.19 on). They replace the family's step_overhead_s and per_seq_overhead_s.",
+        "# routing_skew: the Zipf exponent of expert popularity where a run states no routing",
+        "# (perf/moe.py default_routing), fitted on the same rows.",
     ]
     for release, values in sorted(costs.items()):
         lines.append(f"{release}:")
