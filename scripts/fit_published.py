@@ -47,12 +47,18 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "collective_bandwidth": (0.1, 1.0),
     "collective_latency_s": (0.0, 3e-5),
     "dequant_gemm": (0.1, 1.0),
+    "moe_gemm": (0.1, 1.0),
 }
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
     "per_seq_overhead_s": (0.0, 5e-5),
     "layer_overhead_s": (0.0, 1e-4),
     "host_overlap": (0.0, 1.0),
+    # Zipf exponent of expert popularity (perf/moe.py), hot experts placed load-obliviously.
+    # 0 is uniform routing; 0.6 reproduces the per-expert skew TensorRT-LLM measured for
+    # DeepSeek-R1 (hottest expert 11.9x the mean; docs/moe.md section 5); at 1.0 every token
+    # picks the hottest of 128 or 256 experts (16-32x the mean), beyond any measurement.
+    "routing_skew": (0.0, 1.0),
 }
 DATA = Path("src/inferplan/perf/data/efficiency")
 COSTS_FILE = Path("src/inferplan/plan/data/published_cpu_costs.yaml")
@@ -186,6 +192,11 @@ def model_family(row: PublishedRow) -> str:
     return name
 
 
+def parallelism(row: PublishedRow) -> str:
+    """As ``scripts/residuals_published.py --by parallel`` spells it."""
+    return f"tp{row.tp} pp{row.pp} ep{row.ep or 1}{' adp' if row.attention_dp else ''}"
+
+
 def table(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
     lines = [f"| {title} | n | median | p90 | max |", "|---|---:|---:|---:|---:|"]
     for name, signed in errors_by(results, key).items():
@@ -208,6 +219,7 @@ def report(results: list[RowResult], label: str) -> str:
     parts.append(table(results, lambda r: r.gpu, "GPU"))
     parts.append(table(results, lambda r: r.engine, "engine"))
     parts.append(table(results, model_family, "model family"))
+    parts.append(table(results, parallelism, "parallelism"))
     parts.append(table(results, lambda r: r.metric, "metric"))
     return "\n\n".join(parts)
 
@@ -232,6 +244,8 @@ def costs_yaml(costs: dict[str, dict[str, float]]) -> str:
         "# closed-form throughput rows of the bundled published table, jointly with each GPU",
         "# family's fractions: TensorRT-LLM's C++ engine flow (0.14, 0.17) and its PyTorch",
         "# backend (0.19 on). They replace the family's step_overhead_s and per_seq_overhead_s.",
+        "# routing_skew: the Zipf exponent of expert popularity where a run states no routing",
+        "# (perf/moe.py default_routing), fitted on the same rows.",
     ]
     for release, values in sorted(costs.items()):
         lines.append(f"{release}:")
@@ -265,6 +279,7 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
         "per_seq_overhead_s": prior.per_seq_overhead_s,
         "layer_overhead_s": 0.0,
         "host_overlap": 0.0,
+        "routing_skew": 0.0,
     }
     return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
 

@@ -408,7 +408,10 @@ deployment_options = option_group(
             type=click.Choice(tuple(PLACEMENTS)),
             default="linear",
             show_default=True,
-            help="Experts on EP ranks: contiguous ids, round-robin, or EPLB load-balanced",
+            help=(
+                "Experts on EP ranks: contiguous ids, round-robin, EPLB load-balanced, or "
+                "oblivious (hot experts at ids unrelated to load)"
+            ),
         ),
         click.option(
             "--num-redundant-experts",

@@ -42,9 +42,10 @@ def test_dequantised_mxfp4_experts_on_hopper_run_at_the_reduced_fraction() -> No
     """gpt-oss's MXFP4 experts on an H200 (no FP4 tensor cores): a long prefill's experts are
     compute-bound, so halving ``dequant_gemm`` doubles their per-row time: 256 rows per expert
     (8,192 tokens x 4 of 128 experts) and a ramp of 32 rows take (512 + 32) / (256 + 32) times
-    as long. A one-sequence decode stays bound by reading the weights, as before."""
-    full = _model("gpt-oss-120b", "h200", dequant_gemm=1.0).step_time(prefill(8192))
-    half = _model("gpt-oss-120b", "h200", dequant_gemm=0.5).step_time(prefill(8192))
+    as long (grouped-GEMM fraction ``moe_gemm`` held at 1, so only ``dequant_gemm`` scales the
+    per-row part). A one-sequence decode stays bound by reading the weights, as before."""
+    full = _model("gpt-oss-120b", "h200", dequant_gemm=1.0, moe_gemm=1.0).step_time(prefill(8192))
+    half = _model("gpt-oss-120b", "h200", dequant_gemm=0.5, moe_gemm=1.0).step_time(prefill(8192))
     experts = full.by_operator_s["experts"]
     assert half.by_operator_s["experts"] == pytest.approx(experts * 544 / 288, rel=1e-3)
     small = _model("gpt-oss-120b", "h200", dequant_gemm=0.5).step_time(decode(1, 2048))

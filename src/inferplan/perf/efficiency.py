@@ -33,6 +33,7 @@ FAMILY_OF_ARCHITECTURE = {
 # bundled families use microseconds. They keep a hand-edited file from planning with absurd
 # constants (or .inf, which YAML accepts).
 MAX_OVERHEAD_S = 1.0
+MAX_ROUTING_SKEW = 5.0  # the Zipf exponents perf/moe.py accepts
 
 
 class _EfficiencyFile(BaseModel):
@@ -51,6 +52,8 @@ class _EfficiencyFile(BaseModel):
     layer_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
     dequant_gemm: float = Field(default=1.0, gt=0, le=1)
     host_overlap: float = Field(default=0.0, ge=0, le=1)
+    routing_skew: float = Field(default=0.0, ge=0, le=MAX_ROUTING_SKEW)
+    moe_gemm: float = Field(default=1.0, gt=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,14 @@ class Efficiency:
     # Share of the host's per-step and per-sequence costs that runs while the GPU computes
     # (an overlap scheduler), hidden as far as the GPU's work lasts (perf/overlap.py).
     host_overlap: float = 0.0
+    # Zipf exponent of the experts' popularity where the run states no routing (perf/moe.py),
+    # with the hot experts placed without regard to load (placement ``oblivious``): the
+    # busiest expert-parallel rank gets more than its share of the picks. 0: uniform routing.
+    routing_skew: float = 0.0
+    # Of gemm_compute, for the routed experts' grouped GEMMs: each expert's rows are padded to
+    # the kernel's tile and the tokens are permuted in and reduced out around the GEMMs, so the
+    # per-row (MMA) part runs slower than a dense GEMM's; the small-batch ramp is unchanged.
+    moe_gemm: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -78,6 +78,15 @@ class Routing:
         return weights / weights.sum()
 
 
+def default_routing(skew: float) -> Routing:
+    """The routing where a run states none (the efficiency's ``routing_skew``): uniform, or a
+    Zipf popularity of exponent ``skew`` whose hot experts sit at ids unrelated to their load
+    (a trained router's), so placed ``oblivious``: neither stacked nor dealt out."""
+    if skew <= 0:
+        return Routing()
+    return Routing(skew, placement="oblivious", source="routing_skew")
+
+
 def pick_probabilities(p: FloatArray, top_k: int) -> FloatArray:
     """``q_e``: one token picks expert ``e``; ``sum_e q_e = k`` with no ``q_e`` above 1.
 

@@ -5,6 +5,12 @@ Policies, as plain functions from per-expert load to a ``copies[rank, expert]`` 
 - ``linear``: contiguous blocks of expert ids, the first ``E mod ep`` ranks one more (vLLM's
   default ``--expert-placement-strategy linear``);
 - ``round_robin``: expert ``e`` on rank ``e mod ep`` (vLLM's ``round_robin``);
+- ``oblivious``: contiguous id blocks, as ``linear``, for routing whose hot experts have nothing
+  to do with their ids (a trained router's): the popularity is dealt over the ids by a seeded
+  random permutation, and of ``OBLIVIOUS_DRAWS`` such permutations the one whose busiest rank
+  is the median is kept (a typical load-oblivious placement, not the stacked worst case that
+  ``linear`` is under Zipf-in-id-order popularity, nor the dealt-out best case of
+  ``round_robin``). Deterministic: the seed is fixed;
 - ``eplb``: DeepSeek's Expert Parallelism Load Balancer, global policy (github.com/deepseek-ai/EPLB;
   DeepSeek-V3 technical report §3.4): ``R`` redundant slots go one at a time to the expert with
   the highest load per copy, then the copies, heaviest first, are packed onto the rank with the
@@ -40,6 +46,24 @@ def round_robin(loads: FloatArray, ep: int, num_redundant: int) -> IntArray:
     copies = np.zeros((ep, len(loads)), dtype=np.int64)
     experts = np.arange(len(loads))
     copies[experts % ep, experts] = 1
+    return copies
+
+
+OBLIVIOUS_DRAWS = 33
+OBLIVIOUS_SEED = 0
+
+
+def oblivious(loads: FloatArray, ep: int, num_redundant: int) -> IntArray:
+    rng = np.random.default_rng(OBLIVIOUS_SEED)
+    draws = [rng.permutation(len(loads)) for _ in range(OBLIVIOUS_DRAWS)]
+
+    def busiest(order: IntArray) -> float:
+        return max(float(loads[block].sum()) for block in np.array_split(order, ep))
+
+    typical = sorted(draws, key=busiest)[OBLIVIOUS_DRAWS // 2]
+    copies = np.zeros((ep, len(loads)), dtype=np.int64)
+    for rank, block in enumerate(np.array_split(typical, ep)):
+        copies[rank, block] = 1
     return copies
 
 
@@ -83,6 +107,7 @@ PLACEMENTS: dict[str, Callable[[FloatArray, int, int], IntArray]] = {
     "linear": linear,
     "round_robin": round_robin,
     "eplb": eplb,
+    "oblivious": oblivious,
 }
 
 

@@ -29,7 +29,7 @@ from inferplan.perf.batch import StepBatch, StepTime, window_range
 from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.moe import RankTable, Routing, rank_table
+from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.op import Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.specs.dtypes import NumberFormat
@@ -71,7 +71,7 @@ class RooflineModel:
     ) -> None:
         self.spec, self.gpu, self.par = spec, gpu, par
         self.formats, self.kv, self.eff = formats, kv, eff
-        self.routing = routing or Routing()
+        self.routing = routing or default_routing(eff.routing_skew)
         self.topology = topology or topology_for(gpu)
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
         self.cuda_graphs = cuda_graphs
@@ -434,7 +434,7 @@ class RooflineModel:
         touched = table.touched(tokens)
         assignments = tokens * ffn.num_experts_per_tok * table.assignment_share
         rows = assignments / np.maximum(touched, 1e-9)
-        per_row = self._per_row(fmt)
+        per_row = self._per_row(fmt) / self.eff.moe_gemm  # grouped GEMMs: padded tiles
         efficiency = self.eff.gemm_compute * rows / (rows * per_row + self.eff.gemm_half_tokens)
         act = assignments * ACT_BYTES * (self.spec.hidden_size + one / self.spec.hidden_size)
         return {

@@ -249,8 +249,10 @@ def read_published(path: str | None) -> list[PublishedRow]:
     return parse_published(read_user_text(Path(path), "--data"), path)
 
 
+@cache
 def bundled_model_name(hf_id: str) -> str | None:
-    """The bundled config for a published checkpoint name, or None."""
+    """The bundled config for a published checkpoint name, or None (a pure function of the
+    name: cached, since every row of a run asks)."""
     name = hf_id.split("/")[-1]
     candidates = [name] + [name[: -len(s)] for s in _MODEL_SUFFIXES if name.endswith(s)]
     for candidate in candidates:

@@ -58,15 +58,15 @@ from inferplan.plan.served import (
     trtllm_release,
     with_async_scheduling,
 )
+from inferplan.plan.trtllm_bench import trtllm_bench_limits
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     engine_defaults,
     sglang_mem_fraction_static,
 )
-from inferplan.specs.hardware import GIB, load_gpu
+from inferplan.specs.hardware import load_gpu
 from inferplan.specs.model import ModelSpec
 from inferplan.specs.parallel import Parallelism
-from inferplan.specs.params import count_params
 from inferplan.workload import synthetic
 from inferplan.workload.request import Workload
 
@@ -107,41 +107,6 @@ class RunSetup:
 # not set, and its PyTorch backend passed Mistral/Mixtral's window to the attention kernel only
 # from PR #12597 (merged 2026-03-30): before, full attention and a full-length KV cache.
 _TRTLLM_WINDOWLESS_FAMILIES = ("mistral", "mixtral")
-
-
-def _bytes_per_value(dtype: str) -> float:
-    return {"nvfp4": 0.5, "mxfp4": 0.5, "fp8": 1.0}.get(dtype, 2.0)
-
-
-def trtllm_bench_limits(
-    row: PublishedRow, model: str, kv_bytes: float, fraction: float
-) -> tuple[int, int]:
-    """``trtllm-bench``'s (max_batch_size, max_num_tokens) for fixed lengths without chunked
-    context (its ``tuning.py`` heuristic, on the device's reported total)."""
-    spec = load_model(model)
-    isl, osl = row.input_len or 1, row.output_len or 1
-    attention = [g for g in spec.layer_groups if g.attention.kind != "linear"]
-    att = attention[0].attention
-    layers = sum(g.num_layers for g in attention)
-    kv_gib_per_token = 2 * layers * max(row.tp, att.num_kv_heads) * att.head_dim * kv_bytes / GIB
-    weights_gib = count_params(spec).total * _bytes_per_value(row.weights_dtype) / GIB
-    total_gib = (load_gpu(row.gpu).memory_bytes + 0.5 * GIB) / GIB * row.tp * row.pp
-    cache_gib = max(total_gib - weights_gib, 0.0) * fraction
-    batch = min(cache_gib / (kv_gib_per_token * (isl + osl)), 4096) / row.pp
-    tokens = min(batch * (1 + isl / osl), 32768)
-    if batch < 256:
-        max_batch = max(64, 32 * math.ceil(batch / 32))
-    elif batch < 1024:
-        max_batch = 128 * math.ceil(batch / 128)
-    else:
-        max_batch = 256 * math.ceil(batch / 256)
-    if tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(tokens / 256))
-    elif tokens < 8192:
-        max_tokens = 512 * math.ceil(tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(tokens / 1024)
-    return max_batch, max(max_tokens, isl + max_batch)
 
 
 def _parallelism(row: PublishedRow) -> Parallelism:

@@ -90,6 +90,12 @@ def _bundled_config(short: str) -> dict[str, object]:
     return data
 
 
+@cache
+def _bundled_spec(short: str) -> ModelSpec:
+    """A bundled model's parsed spec, once per process (a frozen spec, shared)."""
+    return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
+
+
 def load_model(name: str) -> ModelSpec:
     """A ModelSpec from a bundled name or a ``config.json`` path."""
     if not name.strip() or "\0" in name:
@@ -98,7 +104,7 @@ def load_model(name: str) -> ModelSpec:
         )
     short = None if path_exists(Path(name)) else resolve_model_name(name)
     if short is not None:
-        return parse_config(dict(_bundled_config(short)), name=hf_id(short), source=f"{short}.json")
+        return _bundled_spec(short)
     path = Path(name)
     if path_is_dir(path):
         path = path / "config.json"
