@@ -92,6 +92,30 @@ def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | 
     return cache
 
 
+def _step_shape(
+    n: int, decode_context: int, chunks: list[int], hits: list[int]
+) -> tuple[int, float, int, int, int, int]:
+    """``StepBatch``'s fields (``StepSeconds.seconds``' arguments) of the vector step: ``n``
+    decodes of total context ``decode_context`` and admitted rows with these first chunks,
+    each starting at its prefix-cache hit (a one-token chunk after a hit is a decode in
+    shape, as ``Replica._batch`` counts it)."""
+    if len(chunks) == 1:  # the usual case: the same numbers, without the general sums
+        q, o = chunks[0], hits[0]
+        if q == 1 and o:
+            return 0, 0.0, 0, 0, n + 1, decode_context + o + 1
+        return q, float(q * o + q * (q + 1) / 2), o, 1, n, decode_context
+    pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
+    decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
+    return (
+        sum(q for q, _ in pre),
+        float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
+        sum(o for _, o in pre),
+        len(pre),
+        n + len(chunks) - len(pre),
+        decode_context,
+    )
+
+
 class Replica:
     """A replica's scheduler state and KV pool; its verbs run steps and advance time."""
 
@@ -142,8 +166,9 @@ class Replica:
 
     @property
     def has_work(self) -> bool:
-        loading = self.offload is not None and bool(self.offload.loading)
-        return bool(len(self.running) or len(self.waiting) or self.swapped or loading)
+        if len(self.running) or len(self.waiting) or self.swapped:
+            return True
+        return self.offload is not None and bool(self.offload.loading)
 
     @property
     def outstanding(self) -> int:
@@ -216,43 +241,39 @@ class Replica:
             return False
         if n > cfg.max_num_batched_tokens or not self.is_decoding():
             return False
-        computed = run.num_computed
-        crossing = self.pool.crossing_cost(computed)
-        new_blocks = int(_sum(crossing))
-        if new_blocks > self.pool.free:
+        computed, pool = run.num_computed, self.pool
+        if pool.is_uniform:  # a row takes a block where its next token starts one
+            crossing = computed % cfg.block_size == 0
+            new_blocks = int(np.count_nonzero(crossing))
+        else:
+            crossing = pool.crossing_cost(computed)
+            new_blocks = int(_sum(crossing))
+        if new_blocks > pool.free:
             return False
         admission = self.scheduler.admission  # reservations: the unreserved blocks must last too
-        if admission is not None and not admission.grants_decode(run, crossing):
+        grants = admission is None or admission.grants_decode(run, crossing.astype(np.int64))
+        if not grants:
             return False
-        self.pool.free -= new_blocks
-        run.held_blocks += crossing
+        pool.free -= new_blocks
+        np.add(run.held_blocks, crossing, out=run.held_blocks)
         decode_context = int(_sum(computed)) + n
         chunks: list[int] = []
         self.scheduler.admit_waiting(cfg.max_num_batched_tokens - n, chunks, self.now)
         self._decoding = None
         if n == 0 and not chunks:
             return True
-        # Admitted rows start at their prefix-cache hit; a one-token chunk after a hit is a
-        # decode in shape (as ``_batch`` counts it).
         hits = run.num_computed[n:].tolist()
-        pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
-        decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
-        duration = self.step_s.seconds(
-            sum(q for q, _ in pre),
-            float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
-            sum(o for _, o in pre),
-            len(pre),
-            n + len(chunks) - len(pre),
-            decode_context,
-        )
-        self.trace.record(self.now, self.used_blocks)
+        duration = self.step_s.seconds(*_step_shape(n, decode_context, chunks, hits))
+        self.trace.record(self.now, pool.used)
         self.now += duration
         self.num_steps += 1
         computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
         computed[:n] += 1
-        computed[n:] += np.asarray(chunks, dtype=np.int64)
-        if _all(computed[n:] == tokens[n:]):  # whole prompts: all emit
-            if not _any(run.num_generated[n:]):  # and all are first tokens
+        # The admitted rows, as Python ints (usually one row: cheaper than array reductions).
+        ends = [o + q for o, q in zip(hits, chunks, strict=True)]
+        computed[n:] = ends
+        if ends == tokens[n:].tolist():  # whole prompts: all emit
+            if not any(run.num_generated[n:].tolist()):  # and all are first tokens
                 self._emit_decodes_and_firsts(n, duration)
                 self._decoding = True  # every row has sampled and needs one token
             else:
@@ -276,11 +297,9 @@ class Replica:
             else:
                 self._record_gaps(ids[:n], np.where(same, duration, now - last), same, duration)
         rec.first_token_s[ids[n:]] = now
-        generated, tokens = run.num_generated, run.num_tokens
-        generated += 1
-        tokens += 1
-        last_token[:] = now
-        done = generated >= run.target
+        run.sample()  # num_tokens and num_generated += 1
+        last_token.fill(now)
+        done = run.num_generated >= run.target
         if _any(done):
             self.finish(done.nonzero()[0])
 
@@ -363,6 +382,18 @@ class Replica:
 
     def finish(self, rows: np.ndarray) -> None:
         run, rec = self.running, self.records
+        if len(rows) == 1 and self.pool.cache is None:  # the usual case, in scalars
+            row = int(rows[0])
+            rid, _, _, generated, _, held = run.row_values(row)
+            rec.finish_s[rid] = self.now
+            rec.output_tokens[rid] = generated
+            rec.status[rid] = int(RequestStatus.COMPLETED)
+            self.pool.free += held
+            run.drop_row(row)
+            self.on_finish.append(rid)
+            if len(run) == 0:
+                self.batch_slots = 0
+            return
         ids = run.ids[rows]
         rec.finish_s[ids] = self.now
         rec.output_tokens[ids] = run.num_generated[rows]

@@ -47,7 +47,10 @@ class RoutedArrivals:
         num_replicas: int,
     ) -> None:
         self.replica_of = replica_of
-        self._times_s = [dispatch_s[is_routed & (replica_of == r)] for r in range(num_replicas)]
+        # Python floats: read once per stretch, where a numpy scalar costs more than the list.
+        self._times_s: list[list[float]] = [
+            dispatch_s[is_routed & (replica_of == r)].tolist() for r in range(num_replicas)
+        ]
         self._num_arrived = [0] * num_replicas
 
     def note_routed(self, rid: int, replica: int) -> None:
@@ -60,4 +63,4 @@ class RoutedArrivals:
     def next_arrival_s(self, replica: int) -> float:
         """When the next request routed to ``replica`` arrives; inf when none is left."""
         times, pos = self._times_s[replica], self._num_arrived[replica]
-        return float(times[pos]) if pos < len(times) else math.inf
+        return times[pos] if pos < len(times) else math.inf

@@ -109,6 +109,8 @@ class Scheduler:
         """Tokens of ``rid``'s first ``tokens`` the prefix cache holds (full entries of its
         prompt, leaving at least one token to compute), and the blocks of them that running
         requests map (admission does not allocate those)."""
+        if self.offload is None and self.pool.cache is None:
+            return 0, 0  # no cache: nothing to look up
         if self.offload is not None:
             stored = self.offload.hit_tokens(rid, tokens)
             if stored is not None:  # its KV comes back from a tier (none of it shared)
@@ -179,7 +181,7 @@ class Scheduler:
             return reserved_free - unsafe
         free = self.pool.free - unsafe
         if after_decode_step:
-            return free - int(self.pool.crossing_cost(self.running.num_computed).sum())
+            return free - self.pool.crossing_blocks(self.running.num_computed)
         return free
 
     def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:

@@ -126,7 +126,10 @@ class Simulation:
         # Per replica: its clock while it has work, else inf (``_earliest_busy``); set by
         # ``run`` and kept by ``_note_clock`` wherever a replica's clock or work changes.
         self._clocks = [math.inf] * len(self.replicas)
+        # Whether each request passes the server's checks at arrival (a list: read per arrival).
+        self._routed_at_arrival: list[bool] = self._is_routed_at_arrival().tolist()
         self.own_arrivals = self._own_arrivals()
+        self._fuse_advances = self._fuses_advances()
 
     def _check_config(self, cfg: SimulationConfig) -> None:
         if cfg.router not in ROUTERS:
@@ -204,7 +207,13 @@ class Simulation:
         )
 
     def _is_routed_at_arrival(self) -> np.ndarray:
-        """Per request: not rejected at arrival (``_arrive``'s test, on every request)."""
+        """Per request: not rejected at arrival (the test ``_arrive`` applies). Rejected: a
+        prompt + output over ``max_model_len``, a prompt that can never be scheduled whole
+        (TensorRT-LLM without chunked context, a prefill-first scheduler) over the token budget,
+        as the engine refuses one, and a request whose KV can never fit the replica's pool,
+        even alone: at its largest it holds the blocks of its whole prompt + output where
+        admission reserves them (static batching, TensorRT-LLM), else of every token but the
+        last sampled one."""
         wl, sched = self.workload, self.cfg.scheduler
         total = wl.input_tokens + wl.output_tokens
         reserves_all = self.scheduler_kind.reserves_whole_request
@@ -264,16 +273,7 @@ class Simulation:
         self.next_request += 1
         rec = self.records
         rec.arrival_s[rid] = now
-        prompt = int(self.workload.input_tokens[rid])
-        total = prompt + int(self.workload.output_tokens[rid])
-        scheduler = self.cfg.scheduler
-        # A prompt that can never be scheduled whole (TensorRT-LLM without chunked context, a
-        # prefill-first scheduler) is refused, as the engine refuses one over its token budget;
-        # so is a request whose KV can never fit the replica's pool, even alone.
-        unschedulable = (
-            self.scheduler_kind.whole_prompts and prompt > scheduler.max_num_batched_tokens
-        ) or self._kv_blocks_at_end(prompt, total - prompt) > scheduler.num_blocks
-        if total > self.cfg.max_model_len or unschedulable:
+        if not self._routed_at_arrival[rid]:  # ``_is_routed_at_arrival``, for every request
             rec.status[rid] = int(RequestStatus.REJECTED)
             self.num_done += 1
             return
@@ -293,14 +293,32 @@ class Simulation:
         self.num_routed += 1
         return index
 
-    def _kv_blocks_at_end(self, prompt: int, output: int) -> int:
-        """Pool blocks a request holds at its largest: its whole prompt + output where
-        admission reserves them (static batching, TensorRT-LLM), else the KV of every token
-        but the last sampled one."""
-        reserves_all = self.scheduler_kind.reserves_whole_request
-        return self.pool.blocks_for_one(prompt + output - (0 if reserves_all else 1))
-
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
+        """``_advance_once``; with one replica in fast mode, again while the loop would pick
+        this replica next anyway (no finish to collect, the next arrival not yet due): the
+        same steps, without a pass through the loop per step (``_fuses_advances``)."""
+        while True:
+            steps, now = replica.num_steps, replica.now
+            self._advance_once(replica, next_arrival_s)
+            if not self._fuse_advances or replica.on_finish or not replica.has_work:
+                return
+            if replica.num_steps == steps and replica.now == now:
+                return  # no progress: the loop says why (``_stuck``)
+            if next_arrival_s <= replica.now + same_time_s(replica.now):
+                return  # the loop sees the arrival first
+
+    def _fuses_advances(self) -> bool:
+        """Whether ``_advance`` may run several advances per call: fast mode, one replica (the
+        loop would pick it again), and this class's own client and collection (class pools
+        time checks of their own between advances)."""
+        cls = type(self)
+        own = all(
+            getattr(cls, name) is getattr(Simulation, name)
+            for name in ("_next_arrival_s", "_collect", "_arrive")
+        )
+        return own and not self.cfg.exact and len(self.replicas) == 1
+
+    def _advance_once(self, replica: Replica, next_arrival_s: float) -> None:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
         preemption steps that end them, until a finish, an arrival or a batch change."""
         stretches = replica.stretches

@@ -17,6 +17,10 @@ import numpy as np
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
+# The ufuncs' own reductions: ``ndarray.sum()`` and friends add a Python wrapper per call, which
+# costs more than the work on a batch of a few hundred rows.
+_sum, _min = np.add.reduce, np.minimum.reduce
+
 
 class DecodeStretches:
     """The closed-form verbs of one replica (a component it owns): whether its batch can
@@ -44,9 +48,9 @@ class DecodeStretches:
         r = self.replica
         run = r.running
         n = len(run)
-        context = int(run.num_computed.sum()) + n
+        context = int(_sum(run.num_computed)) + n
         a, b, limit = r.model.decode_line(n, context)
-        remaining = int((run.target - run.num_generated).min())
+        remaining = int(_min(run.target - run.num_generated))
         self._known = (r.num_steps, r.now, n, context, remaining)
         k = remaining
         if math.isfinite(limit):
@@ -131,43 +135,42 @@ class DecodeStretches:
         """Run ``k`` decode steps of the current batch at once (``context``: its total
         context, ``sum(num_computed) + n``, when the caller knows it)."""
         r = self.replica
-        run, cfg = r.running, r.cfg
+        run, cfg, pool, now = r.running, r.cfg, r.pool, r.now
         n = len(run)
         # Views of the columns: the in-place operations below write through.
         computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
-        generated, tokens = run.num_generated, run.num_tokens
         known, self._known = self._known, None
         remaining = None
-        if known is not None and known[:3] == (r.num_steps, r.now, n):
+        if known is not None and known[0] == r.num_steps and known[1] == now and known[2] == n:
             context, remaining = known[3], known[4]
         elif context is None:
-            context = int(computed.sum()) + n
+            context = int(_sum(computed)) + n
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(r.now, r.pool.used)
-        r.count_idle_slots(k)
+        r.trace.record(now, pool.used)
+        if r.scheduler.counts_idle_slots:
+            r.count_idle_slots(k)
         # Every token time is <= now, so all rows emitted at now iff the earliest did.
-        same = None if last_token.min() == r.now else last_token == r.now
-        gaps = None if same is None else np.where(same, first, r.now + first - last_token)
-        computed += k
-        if r.pool.is_uniform:
+        same = None if _min(last_token) == now else last_token == now
+        gaps = None if same is None else np.where(same, first, now + first - last_token)
+        run.decode(k)  # num_computed, num_tokens and num_generated += k
+        if pool.is_uniform:
             np.floor_divide(computed + (cfg.block_size - 1), cfg.block_size, out=held)
         else:
-            held[:] = r.pool.blocks_for(computed)
+            held[:] = pool.blocks_for(computed)
         # The pool is what rows do not map (shared prefix blocks counted once).
-        r.pool.free = cfg.num_blocks - int(held.sum()) + r.pool.shared
-        generated += k
-        tokens += k
+        pool.free = cfg.num_blocks - int(_sum(held)) + pool.shared
         self._stretch_itl(gaps, same, first, step, k)
-        r.now += total
+        r.now = now = now + total
         r.num_steps += k
         r.scheduler.note_steps(k)
-        last_token[:] = r.now
+        last_token.fill(now)
+        generated, target = run.num_generated, run.target
         if remaining is None:
-            remaining = int((run.target - generated).min()) + k
+            remaining = int(_min(target - generated)) + k
         if k >= remaining:
-            r.finish((generated >= run.target).nonzero()[0])
+            r.finish((generated >= target).nonzero()[0])
 
     def _stretch_itl(
         self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
@@ -176,13 +179,13 @@ class DecodeStretches:
         not emit at the stretch's start (``same`` False) has a longer first gap (``gaps``; both
         None if every sequence emitted then)."""
         r = self.replica
-        ids, rec = r.running.ids, r.records
+        ids, max_itl = r.running.ids, r.records.max_itl_s
         last = first + (k - 1) * step
         if gaps is None or same is None:
-            rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], last)
+            max_itl[ids] = np.fmax(max_itl[ids], last)
             r.itl.add_arithmetic(first, step, k, float(len(ids)))
             return
-        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], np.maximum(gaps, last))
+        max_itl[ids] = np.fmax(max_itl[ids], np.maximum(gaps, last))
         r.itl.add_arithmetic(first, step, k, float(same.sum()))
         others = ~same
         r.itl.add_many(gaps[others])

@@ -159,6 +159,13 @@ class BlockPool:
             cost += g.cost if g.max_blocks is None else g.cost * (index < g.max_blocks)
         return np.where(crossing, cost, 0)
 
+    def crossing_blocks(self, computed: IntArray) -> int:
+        """Pool blocks the next token of every sequence takes, in all (``crossing_cost``'s
+        sum)."""
+        if self.is_uniform:
+            return int(np.count_nonzero(computed % self.block_size == 0))
+        return int(self.crossing_cost(computed).sum())
+
     def next_crossing_costs(self, computed: IntArray) -> tuple[IntArray, int | None]:
         """Pool blocks each sequence's next block crossing takes, and the decode steps over
         which every later crossing costs the same (None: for ever); it changes only when a

@@ -165,9 +165,11 @@ class ItlHistogram:
             raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
         if weight <= 0.0:
             return
-        self.counts[bin_index(self.grid, duration_s)] += weight
-        self.min_s = min(self.min_s, duration_s)
-        self.max_s = max(self.max_s, duration_s)
+        self.counts[bisect_right(self.grid.edges_list, duration_s)] += weight  # bin_index
+        if duration_s < self.min_s:
+            self.min_s = duration_s
+        if duration_s > self.max_s:
+            self.max_s = duration_s
         self._add_to_sum(duration_s * weight)
         # Welford's weighted update; the first sample sets the mean exactly.
         total = self.total_weight + weight
@@ -191,17 +193,17 @@ class ItlHistogram:
         last_s = first_s + (num_steps - 1) * step_s
         if not (first_s >= 0.0 and last_s >= 0.0):
             raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
-        first_bin = bin_index(self.grid, first_s)
-        last_bin = bin_index(self.grid, last_s)
+        edges = self.grid.edges_list
+        first_bin = bisect_right(edges, first_s)  # bin_index, inline (called every stretch)
+        last_bin = bisect_right(edges, last_s)
         if first_bin == last_bin:
             self.counts[first_bin] += num_steps * weight
         else:
             low, high = min(first_bin, last_bin), max(first_bin, last_bin)
             if high - low <= SCALAR_EDGES:
-                edges = self.grid.edges_list[low:high]
                 previous = 0
                 for offset, count in enumerate(
-                    [*_count_below_few(edges, first_s, step_s, num_steps), num_steps]
+                    [*_count_below_few(edges[low:high], first_s, step_s, num_steps), num_steps]
                 ):
                     self.counts[low + offset] += (count - previous) * weight
                     previous = count

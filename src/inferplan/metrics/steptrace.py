@@ -65,23 +65,24 @@ class StepTrace:
         if self.num_records == 0:
             self._start_s = now_s
         else:
-            if now_s < self._last_s:
-                raise ValueError(f"StepTrace: time went backwards ({now_s} < {self._last_s})")
-            self._close_segment(now_s)
+            last_s = self._last_s
+            if now_s < last_s:
+                raise ValueError(f"StepTrace: time went backwards ({now_s} < {last_s})")
+            # Close the segment that started at the last record.
+            last_blocks = self._last_blocks
+            area = last_blocks * (now_s - last_s)
+            self._area_block_s += area
+            self._seg_start_s.append(last_s)
+            self._seg_end_s.append(now_s)
+            self._seg_area_block_s.append(area)
+            self._seg_peak_blocks.append(last_blocks)
+            if len(self._seg_start_s) >= 2 * self.max_points:
+                self._halve()
         self._last_s = now_s
         self._last_blocks = used_blocks
-        self._max_blocks = max(self._max_blocks, used_blocks)
+        if used_blocks > self._max_blocks:
+            self._max_blocks = used_blocks
         self.num_records += 1
-
-    def _close_segment(self, end_s: float) -> None:
-        area = self._last_blocks * (end_s - self._last_s)
-        self._area_block_s += area
-        self._seg_start_s.append(self._last_s)
-        self._seg_end_s.append(end_s)
-        self._seg_area_block_s.append(area)
-        self._seg_peak_blocks.append(self._last_blocks)
-        if len(self._seg_start_s) >= 2 * self.max_points:
-            self._halve()
 
     def _halve(self) -> None:
         merged = _pairwise(

@@ -1,0 +1,66 @@
+"""Instructions a regime's simulation executes, counted by Valgrind's callgrind: a cost measure
+that other jobs on a shared machine do not move (CPU seconds there vary by +-15 % run to run).
+
+Builds one regime of ``bench_regimes.py`` at a small size, then runs only ``Simulation.run``
+with callgrind's instrumentation on (``callgrind_control -i on/off`` around it), so imports,
+the plan and the workload are not counted. About 50x slower than a plain run: keep the sizes
+small (a few hundred requests).
+
+Run: ``python -m benchmarks.bench_instructions vidur:500 near:300 million:400`` (needs
+``valgrind``); prints one line per regime: its name, requests and instructions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def _run_instrumented(name: str, num_requests: int) -> None:
+    """In the process callgrind runs: build the regime, count ``Simulation.run`` only."""
+    from benchmarks.bench_regimes import REGIMES, _workload
+    from inferplan.cli_flags import build_memory_plan
+    from inferplan.engine.session import ServingOptions, simulation_config
+    from inferplan.engine.simulator import Simulation
+    from inferplan.perf.factory import build_step_model
+
+    regime = REGIMES[name]
+    plan = build_memory_plan(
+        regime.model, regime.gpu, regime.tp, 1, False, None, "auto", regime.max_model_len,
+        0.9, regime.max_num_batched_tokens, regime.max_num_seqs, None, dp=regime.dp,
+    )  # fmt: skip
+    workload = _workload(regime, num_requests, plan.max_model_len)
+    cfg = simulation_config(plan, ServingOptions(data_parallel_size=regime.dp))
+    sim = Simulation(workload, cfg, build_step_model(plan))
+    toggle = ["callgrind_control", "-i"]
+    subprocess.run([*toggle, "on", str(os.getpid())], check=True, capture_output=True)
+    sim.run()
+    subprocess.run([*toggle, "off", str(os.getpid())], check=True, capture_output=True)
+
+
+def count(name: str, num_requests: int) -> int:
+    """Instructions of ``Simulation.run`` for ``num_requests`` of regime ``name``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [
+            "valgrind", "--tool=callgrind", "--instr-atstart=no",
+            f"--callgrind-out-file={tmp}/callgrind.out",
+            sys.executable, "-m", "benchmarks.bench_instructions", "--inside", name,
+            str(num_requests),
+        ]  # fmt: skip
+        out = subprocess.run(argv, check=True, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind reported no count:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--inside"]:
+        _run_instrumented(sys.argv[2], int(sys.argv[3]))
+    else:
+        for spec in sys.argv[1:]:
+            regime, num = spec.split(":")
+            print(regime, num, count(regime, int(num)))
