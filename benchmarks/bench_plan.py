@@ -2,8 +2,10 @@
 
 Runs ``inferplan plan`` on the example from an empty cache with 1 and with 2 local worker
 processes (``BENCH_PLAN_WORKERS=2`` runs only the 2-worker search) and reports the candidate
-count before pruning, how many configurations were simulated, the wall time of each search, the
-speed-up, and whether both found the same plan (they must: the search is deterministic). CPU
+count before pruning, how many configurations were simulated and how many simulations that
+took (early-stopped ones included), whether the search finished, the wall time of each
+search, the speed-up, and whether both found the same plan (they must: the search is
+deterministic). CPU
 seconds (this process and its workers) are reported beside the wall time: on a shared machine
 the wall time depends on the other load, the CPU time much less.
 ``python -m benchmarks.bench_plan`` prints the JSON of one run; ``benchmarks.run_all`` runs it
@@ -36,11 +38,18 @@ def _cpu_s() -> float:
 
 
 def search(workers: int) -> tuple[dict[str, Any], float, float]:
-    """The search's output, its wall seconds and the CPU seconds it used."""
+    """The search's output (plus ``simulations``: every simulation run, early-stopped ones
+    included), its wall seconds and the CPU seconds it used."""
     request = load_request(EXAMPLE)
     start, cpu = time.perf_counter(), _cpu_s()
     result = run_search(request, lambda ctx: make_executor(ctx, workers, None))
     out = build_output(result, run_stress=False)
+    out["simulations"] = sum(
+        answer["simulations"]
+        for cand in result.candidates
+        for answer in (cand.estimate, cand.evaluation)
+        if answer is not None
+    )
     return out, time.perf_counter() - start, _cpu_s() - cpu
 
 
@@ -63,6 +72,7 @@ def main() -> dict[str, Any]:
         results[f"search_cpu_s_workers_{workers}"] = cpu_s
         results[f"evaluated_workers_{workers}"] = out["evaluated"]
         results[f"complete_workers_{workers}"] = out["complete"]
+        results[f"simulations_workers_{workers}"] = out["simulations"]
         plans.append(_best(out))
         results["candidates"] = out["candidates"]
         results["replica_configs"] = out["replica_configs"]

@@ -108,14 +108,19 @@ def _token_jobs(num: IntArray, chunk: int) -> tuple[IntArray, IntArray, IntArray
     per_request = 1 + -(-(num - 1) // chunk)
     owner = np.repeat(np.arange(num.size), per_request)
     job = np.arange(owner.size) - (np.cumsum(per_request) - per_request)[owner]
+    if chunk == 1:  # one job per token (what the general case gives, in fewer passes)
+        return owner, job, np.ones_like(job)
     first_index = np.where(job == 0, 0, 1 + (job - 1) * chunk)
     size = np.where(job == 0, 1, np.minimum(chunk, num[owner] - first_index))
     return owner, first_index, size
 
 
-def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> FrontEndTimes:
+def frontend_times(
+    records: RequestRecords, fe: FrontEnd, servers: int = 1, *, with_itl: bool = True
+) -> FrontEndTimes:
     """The client-side times of the completed requests of ``records`` behind ``fe``, with
-    ``servers`` front ends (one per replica) pooled into one ``servers`` times faster."""
+    ``servers`` front ends (one per replica) pooled into one ``servers`` times faster.
+    ``with_itl=False`` skips the ITL statistics (zeros; the planner reads only the times)."""
     done = np.flatnonzero(
         (records.status == RequestStatus.COMPLETED) & np.isfinite(records.finish_s)
     )
@@ -127,9 +132,12 @@ def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> F
     chunk = max(1, -(-int(num.sum()) // MAX_TOKEN_JOBS))
     owner, index, size = _token_jobs(num, chunk)
     step = np.where(num > 1, (finish - first) / np.maximum(num - 1, 1), 0.0)
-    last_s = first[owner] + (index + size - 1) * step[owner]  # the job's last token
     per_token_s = fe.per_token_s / servers
-    token_s = first[owner] + index * step[owner]  # the job's first token
+    first_at, step_at = first[owner], step[owner]
+    token_s = first_at + index * step_at  # the job's first token
+    # The job's last token: its first when jobs are single tokens (the same sum, bit for bit).
+    last_s = token_s if chunk == 1 else first_at + (index + size - 1) * step_at
+    del first_at, step_at
     request_cost = (fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]) / servers
     arrive = np.concatenate([records.arrival_s[done], token_s])
     cost = np.concatenate([request_cost, size * per_token_s])
@@ -141,28 +149,38 @@ def frontend_times(records: RequestRecords, fe: FrontEnd, servers: int = 1) -> F
         # its last token is out and served
         due = np.concatenate([arrive[: done.size] + request_cost, last_s + per_token_s])
         seen[order] = np.maximum(_fcfs_finish(arrive[order], cost[order]), due[order])
+    del arrive, cost, order
     seen_jobs = seen[done.size :]
     starts = np.flatnonzero(index == 0)
+    out_first, out_finish = records.first_token_s.copy(), records.finish_s.copy()
+    out_first[done] = seen_jobs[starts]
+    out_finish[done] = seen_jobs[np.append(starts[1:], seen_jobs.size) - 1]
+    if not with_itl:
+        none = _gap_stats(np.empty(0))
+        return FrontEndTimes(out_first, out_finish, none, none)
     is_gap = index > 0
     weights = None if chunk == 1 else size[is_gap]
     before = np.diff(last_s, prepend=0.0)[is_gap] / size[is_gap]
     after = np.diff(seen_jobs, prepend=0.0)[is_gap] / size[is_gap]
-    out_first, out_finish = records.first_token_s.copy(), records.finish_s.copy()
-    out_first[done] = seen_jobs[starts]
-    out_finish[done] = seen_jobs[np.append(starts[1:], seen_jobs.size) - 1]
     return FrontEndTimes(
         out_first, out_finish, _gap_stats(before, weights), _gap_stats(after, weights)
     )
 
 
 def behind_frontend(
-    records: RequestRecords, duration_s: float, fe: FrontEnd, servers: int = 1
+    records: RequestRecords,
+    duration_s: float,
+    fe: FrontEnd,
+    servers: int = 1,
+    *,
+    with_itl: bool = True,
 ) -> tuple[RequestRecords, float, FrontEndTimes | None]:
     """``records`` and the run's duration as the client sees them behind ``fe`` (unchanged,
-    and no times, when ``fe`` costs nothing); ``servers``: replicas, one front end each."""
+    and no times, when ``fe`` costs nothing); ``servers``: replicas, one front end each;
+    ``with_itl``: as ``frontend_times``."""
     if fe.is_zero:
         return records, duration_s, None
-    times = frontend_times(records, fe, servers)
+    times = frontend_times(records, fe, servers, with_itl=with_itl)
     ends = records.finish_s[np.isfinite(records.finish_s)]
     seen_ends = times.finish_s[np.isfinite(times.finish_s)]
     if ends.size:
@@ -172,12 +190,14 @@ def behind_frontend(
 
 
 def seen_result(
-    result: SimulationResult, fe: FrontEnd, servers: int = 1
+    result: SimulationResult, fe: FrontEnd, servers: int = 1, *, with_itl: bool = True
 ) -> tuple[SimulationResult, FrontEndTimes | None]:
     """``result`` with its records and duration as the client sees them behind ``fe`` (one per
     replica: ``servers``), and the times for ``shift_itl`` (``result`` itself and None when
-    ``fe`` costs nothing)."""
-    records, duration_s, times = behind_frontend(result.records, result.duration_s, fe, servers)
+    ``fe`` costs nothing); ``with_itl``: as ``frontend_times``."""
+    records, duration_s, times = behind_frontend(
+        result.records, result.duration_s, fe, servers, with_itl=with_itl
+    )
     if times is None:
         return result, None
     return replace(result, records=records, duration_s=duration_s), times

@@ -8,9 +8,11 @@
    (n_lb, n_lb+1, n_lb+3, ...) then bisection between the last failing and first passing n, so
    the answer is the smallest n whose per-replica load meets every class's SLO (load per replica
    falls as n grows, so the test is monotone up to sampling noise, which the common random
-   numbers of ``traffic`` keep low). Each probe first simulates the first third of its requests
-   and stops there when an SLO is clearly lost (worst ratio > ``clearly_lost_ratio``): that part
-   of a run is the least loaded, so a loss there is a loss.
+   numbers of ``traffic`` keep low). A probe passes when its whole run meets every SLO and the
+   run of its first third of requests does not clearly lose one (worst ratio >
+   ``clearly_lost_ratio``: that part of a run is the least loaded, so a loss there is a loss).
+   The whole run goes first and stops as soon as a miss is certain (``plan/early_stop.py``);
+   the first third runs only after a pass, with the same early stop.
 3. ``confirm`` (also a worker's job, where the search needs it): the fleet of n replicas in one
    run, requests spread by the router the engine uses (``search.router``, round robin by
    default), at the full traffic; if it misses an SLO (routing imbalance, a longer window), n
@@ -20,20 +22,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from inferplan.engine.frontend import engine_frontend, seen_result
-from inferplan.engine.session import ServingOptions
-from inferplan.engine.simulator import SimulationResult
-from inferplan.engine.tokenizer_stage import simulate_tokenized
+from inferplan.engine.session import ServingOptions, simulation_config
+from inferplan.engine.simulator import Simulation, SimulationResult
+from inferplan.engine.tokenizer_stage import at_client_times, tokenizer_delays
 from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.latency import request_latencies
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.plan import bounds as bnd
 from inferplan.plan import slo
+from inferplan.plan.early_stop import CertainMissError, MissWatch
 from inferplan.plan.request import PlanRequest
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats, class_counts, length_stats, mixed_workload, prefix
@@ -132,12 +135,27 @@ class _Runner:
         self.num_simulations = 0
         self.names = [c.name for c in req.traffic]
         self.passes: dict[int, dict[str, Any]] = {}  # replicas -> the passing probe's figures
+        self.last_miss: str | None = None  # the SLO that stopped the last ``verdict`` early
 
     def run(
         self, scale: float, replicas: int, *, fleet: bool, fraction: float = 1.0
     ) -> tuple[list[list[slo.Check]], SimulationResult]:
         """``replicas`` replicas carrying ``scale`` x the request file's traffic (the fleet's
         window, or a probe's)."""
+        out = self._simulate(scale, replicas, fleet=fleet, fraction=fraction, stop_above=None)
+        assert out is not None
+        return out
+
+    def verdict(
+        self, scale: float, replicas: int, *, fleet: bool, ratio: float, fraction: float = 1.0
+    ) -> tuple[list[list[slo.Check]], SimulationResult] | None:
+        """``run``, or None as soon as an SLO is certain to exceed ``ratio`` x its limit
+        (``plan/early_stop.py``; ``self.last_miss`` names it)."""
+        return self._simulate(scale, replicas, fleet=fleet, fraction=fraction, stop_above=ratio)
+
+    def _simulate(
+        self, scale: float, replicas: int, *, fleet: bool, fraction: float, stop_above: float | None
+    ) -> tuple[list[list[slo.Check]], SimulationResult] | None:
         settings = self.ctx.request.search
         window_s = settings.fleet_window_s if fleet else settings.window_s
         counts = class_counts(self.ctx.request, scale, window_s)
@@ -149,23 +167,54 @@ class _Runner:
             router=self.ctx.request.search.router,
             engine=self.cfg.engine,
         )
-        # As the client sees it: behind the engine's HTTP front end (engine/frontend.py).
-        result = simulate_tokenized(self.plan, self.model, workload, options, self.frontend)
-        result, _ = seen_result(result, self.frontend)
+        # Requests reach the scheduler after the tokenizer stage (engine/tokenizer_stage.py,
+        # ``simulate_tokenized``); the records go back on the client's clock after the run.
+        delays = tokenizer_delays(workload, self.frontend, replicas)
+        if np.any(delays > 0):
+            workload = replace(workload, arrival_s=workload.arrival_s + delays)
+        sim = Simulation(workload, simulation_config(self.plan, options), self.model)
+        watch = None if stop_above is None else MissWatch(sim, self.ctx.request, stop_above)
         self.num_simulations += 1
+        try:
+            engine_result = at_client_times(sim.run(check=watch), delays)
+        except CertainMissError as miss:
+            self.last_miss = miss.label
+            return None
+        if watch is not None and (label := watch.final()) is not None:
+            self.last_miss = label  # certain without the front end's delays
+            return None
+        # As the client sees it: behind the engine's HTTP front end (engine/frontend.py); the
+        # SLO checks read the per-request times, not the front end's ITL statistics.
+        result, _ = seen_result(engine_result, self.frontend, with_itl=False)
         return slo.evaluate(result, self.ctx.request), result
+
+    def meets(
+        self, scale: float, replicas: int, *, fleet: bool
+    ) -> tuple[list[list[slo.Check]], SimulationResult] | None:
+        """The whole run when it meets every SLO and its first ``early_stop_fraction`` is not
+        clearly lost; else None, ``last_miss`` naming an SLO it misses. The whole run goes
+        first: a miss then costs only the simulation up to where it is certain
+        (``plan/early_stop.py``), and the first part runs only after a pass (the verdict is
+        the same conjunction in either order)."""
+        settings = self.ctx.request.search
+        out = self.verdict(scale, replicas, fleet=fleet, ratio=1.0)
+        if out is not None and slo.worst(out[0]) > 1.0:
+            self.last_miss, out = slo.first_broken(out[0], self.names), None
+        if out is None:
+            return None
+        ratio = settings.clearly_lost_ratio
+        fraction = settings.early_stop_fraction
+        early = self.verdict(scale, replicas, fleet=fleet, ratio=ratio, fraction=fraction)
+        if early is not None and slo.worst(early[0]) > ratio:
+            self.last_miss, early = slo.first_broken(early[0], self.names), None
+        return None if early is None else out
 
     def replica_meets(self, replicas: int) -> bool:
         """Does one replica carrying 1/``replicas`` of the traffic meet every SLO?"""
-        settings = self.ctx.request.search
-        scale = self.ctx.load_scale / replicas
-        checks, _ = self.run(scale, 1, fleet=False, fraction=settings.early_stop_fraction)
-        if slo.worst(checks) > settings.clearly_lost_ratio:
+        out = self.meets(self.ctx.load_scale / replicas, 1, fleet=False)
+        if out is None:
             return False
-        checks, result = self.run(scale, 1, fleet=False)
-        if slo.worst(checks) > 1.0:
-            return False
-        self.passes[replicas] = fleet_json(checks, result, self.names)
+        self.passes[replicas] = fleet_json(out[0], out[1], self.names)
         return True
 
 
@@ -212,25 +261,22 @@ def estimate(ctx: SearchContext, cfg: ReplicaConfig, n_lb: int) -> dict[str, Any
 def confirm(ctx: SearchContext, cfg: ReplicaConfig, n: int) -> dict[str, Any]:
     """The fleet of ``n`` replicas (more while it misses, up to the retries) in one run."""
     runner = _Runner(ctx, cfg)
-    settings = ctx.request.search
     for _ in range(MAX_FLEET_RETRIES + 1):
-        checks, _ = runner.run(ctx.load_scale, n, fleet=True, fraction=settings.early_stop_fraction)
-        if slo.worst(checks) <= settings.clearly_lost_ratio:
-            checks, result = runner.run(ctx.load_scale, n, fleet=True)
-            if slo.worst(checks) <= 1.0:
-                return {
-                    "status": "feasible",
-                    "replicas": n,
-                    "per_replica_rate_req_s": ctx.total_rate_req_s / n,
-                    "simulations": runner.num_simulations,
-                    "fleet": fleet_json(checks, result, runner.names),
-                }
+        out = runner.meets(ctx.load_scale, n, fleet=True)
+        if out is not None:
+            return {
+                "status": "feasible",
+                "replicas": n,
+                "per_replica_rate_req_s": ctx.total_rate_req_s / n,
+                "simulations": runner.num_simulations,
+                "fleet": fleet_json(out[0], out[1], runner.names),
+            }
         if n + 1 > cfg.max_replicas:
             break
         n += 1
     return {
         "status": "infeasible",
-        "reason": f"the fleet misses {slo.first_broken(checks, runner.names)} at {n} replicas",
+        "reason": f"the fleet misses {runner.last_miss} at {n} replicas",
         "simulations": runner.num_simulations,
     }
 
