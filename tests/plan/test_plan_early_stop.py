@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferplan.metrics.records import RequestRecords, RequestStatus
-from inferplan.plan import early_stop, slo
+from inferplan.plan import capacity, early_stop, slo
 from inferplan.plan.capacity import _Runner, build_context
 from inferplan.plan.early_stop import certain_miss, misses_needed, watches
 from inferplan.plan.result import build_output
@@ -134,3 +134,22 @@ def test_the_search_answers_the_same_without_early_stop(monkeypatch: pytest.Monk
     monkeypatch.setattr(early_stop, "certain_miss", lambda *args: None)
     slow = build_output(run_search(request), run_stress=False)
     assert _plain(fast) == _plain(slow)
+
+
+def test_a_fleet_has_one_front_end_per_replica(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet of N replicas is seen behind N front ends, as `simulate` runs them: the runner
+    passes the replica count to the front end (one shared server made fleets pessimistic)."""
+    request = tiny_request()
+    ctx = build_context(request)
+    runner = _Runner(ctx, replica_configs(request)[0])
+    seen: list[int] = []
+    original = capacity.seen_result
+
+    def spy(result: Any, fe: Any, servers: int = 1, **kwargs: Any) -> Any:
+        seen.append(servers)
+        return original(result, fe, servers, **kwargs)
+
+    monkeypatch.setattr(capacity, "seen_result", spy)
+    for replicas in (1, 3):
+        runner.run(ctx.load_scale, replicas, fleet=True)
+    assert seen == [1, 3]

@@ -185,7 +185,8 @@ class _Runner:
             return None
         # As the client sees it: behind the engine's HTTP front end (engine/frontend.py); the
         # SLO checks read the per-request times, not the front end's ITL statistics.
-        result, _ = seen_result(engine_result, self.frontend, with_itl=False)
+        # One front end per replica, as `simulate` runs them (engine/frontend.py ``servers``).
+        result, _ = seen_result(engine_result, self.frontend, replicas, with_itl=False)
         return slo.evaluate(result, self.ctx.request), result
 
     def meets(
