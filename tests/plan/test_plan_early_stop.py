@@ -119,8 +119,8 @@ def test_a_stopped_run_is_one_whose_full_run_misses(scale: float) -> None:
                 assert slo.worst(checks) > ratio
             else:
                 assert out[0] == checks
-    if scale >= 2.0:
-        assert stopped  # overloaded runs do stop early
+    if scale >= 4.0:
+        assert stopped  # overloaded runs do stop early (2x is within capacity since vllmlat)
 
 
 def _plain(out: dict[str, Any]) -> dict[str, Any]:
