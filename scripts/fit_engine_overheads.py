@@ -25,13 +25,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_overheads import overhead_class
 from inferplan.plan.calibration import golden_section, huber
-from inferplan.plan.folds import grouped_folds
+from inferplan.plan.folds import error_rows, grouped_folds
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import RowResult, validate_rows
 from inferplan.specs.hardware import load_gpu
@@ -114,13 +113,7 @@ def table(results: list[RowResult], label: str) -> str:
         if r.error is not None:
             groups["all"].append(r.error)
             groups.setdefault(r.row.metric.split("_")[0], []).append(r.error)
-    for name, errors in groups.items():
-        e = np.array(errors)
-        lines.append(
-            f"| {name} | {e.size} | {np.median(abs(e)):.1%} | {np.percentile(abs(e), 90):.1%} "
-            f"| {np.median(e):+.1%} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + error_rows(groups))
 
 
 def write(fitted: dict[str, Costs]) -> None:

@@ -29,7 +29,6 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from inferplan.engine.frontend import FrontEnd, frontend_class
@@ -37,7 +36,7 @@ from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import plan_kernel_class, scale_kernels
 from inferplan.plan.calibration import huber
-from inferplan.plan.folds import grouped_folds
+from inferplan.plan.folds import error_rows, grouped_folds
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     burst_reason,
@@ -213,13 +212,7 @@ def report(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
         groups.setdefault("latency" if row.family == "latency" else "throughput", []).append(e)
         if row.family == "latency":
             groups.setdefault(name, []).append(e)
-    for name, values in groups.items():
-        a = np.array(values)
-        lines.append(
-            f"| {name} | {a.size} | {np.median(abs(a)):.1%} | {np.percentile(abs(a), 90):.1%} "
-            f"| {np.median(a):+.1%} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + error_rows(groups))
 
 
 def describe(point: Fit) -> str:

@@ -29,11 +29,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from inferplan.errors import InferplanError
 from inferplan.plan.calibration import huber
+from inferplan.plan.folds import error_rows
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     burst_reason,
@@ -117,13 +117,7 @@ def report(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
     for row, e in errs:
         groups.setdefault("latency", []).append(e)
         groups.setdefault(row.metric.split("_")[0], []).append(e)
-    for name, values in groups.items():
-        a = np.array(values)
-        lines.append(
-            f"| {name} | {a.size} | {np.median(abs(a)):.1%} | {np.percentile(abs(a), 90):.1%} "
-            f"| {np.median(a):+.1%} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + error_rows(groups))
 
 
 def write(fitted: dict[str, float]) -> None:

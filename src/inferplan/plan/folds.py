@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
+import numpy as np
+
 
 class HasCase(Protocol):
     @property
@@ -31,3 +33,16 @@ def grouped_folds(rows: Sequence[RowT], k: int) -> Iterator[tuple[list[RowT], li
             [r for r in rows if r.case_id not in held],
             [r for r in rows if r.case_id in held],
         )
+
+
+def error_rows(groups: dict[str, list[float]]) -> list[str]:
+    """One Markdown row per group of relative errors: ``| name | n | median abs | p90 abs |
+    signed median |`` (the fit scripts' tables)."""
+    rows = []
+    for name, values in groups.items():
+        a = np.array(values)
+        rows.append(
+            f"| {name} | {a.size} | {np.median(abs(a)):.1%} | {np.percentile(abs(a), 90):.1%} "
+            f"| {np.median(a):+.1%} |"
+        )
+    return rows
