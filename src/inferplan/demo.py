@@ -13,9 +13,10 @@
    best plan found by then (the search goes cheapest bound first) and says the search stopped
    early. The cap stops new batches of estimates only: the Pareto-front members found by then
    are still fleet-confirmed and the best plan stress-tested at 1.2x, which is most of the
-   demo's time (on 2026-12-01, on a shared 2-core machine, the plan step took 75 s with a 15 s
-   cap, 16 configurations simulated, and found the full search's best plan; a 40 s cap took
-   110 s). Without the cap the full search takes a few minutes (``docs/planning.md``); its
+   demo's time (on 2026-12-01, final main, a shared 2-core machine: ``make demo`` on a fresh
+   clone took 55 s of wall time with its setup; the plan step simulated 8 configurations and
+   found the full search's best plan, 2 x H100 tp2 fp8 at $10.00/h). Without the cap the full
+   search takes minutes (``docs/planning.md``: 1,125 s wall on a loaded machine); its
    evaluations are cached in ``.inferplan-cache/``, so a second demo run goes further.
 """
 
