@@ -1,8 +1,9 @@
 """The search's answer as plain data: the best plan, the Pareto fronts, the API and hybrid costs,
 and the best plan's stress test (``plan --json`` prints it; the plan file stores it).
 
-The best plan is the cheapest feasible deployment per hour; ties go to the larger SLO margin
-(smaller worst ratio), then to the configuration order. Fronts:
+The best plan is the cheapest feasible deployment per hour; ties go to the larger SLO margin:
+the tightest SLO's ratio (predicted / target) on a grid of 1 % of its target, then the mean
+ratio over every SLO (``slo.margin_key``), then the configuration order. Fronts:
 
 - ``pareto``: cost per hour (lower is better) vs the fleet's p99 TPOT (lower is better);
 - ``pareto_throughput``: output tokens/s per GPU at the planned load vs tokens/s per user
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferplan import __version__
-from inferplan.plan import cost
+from inferplan.plan import cost, slo
 from inferplan.plan.cache import model_version
 from inferplan.plan.capacity import stress
 from inferplan.plan.launch import launch_command
@@ -74,7 +75,9 @@ def _ranked(result: SearchResult) -> list[Candidate]:
         result.feasible(),
         key=lambda c: (
             plan_cost(req, c.cfg, c.evaluation["replicas"]) if c.evaluation else 0.0,
-            c.evaluation["fleet"]["worst_ratio"] if c.evaluation else 0.0,
+            slo.margin_key(slo.ratios_from_json(c.evaluation["fleet"]["slo"]))
+            if c.evaluation
+            else (),
             c.cfg,
         ),
     )

@@ -27,6 +27,8 @@ from inferplan.engine.simulator import SimulationResult
 from inferplan.metrics.latency import good_mask, request_latencies
 from inferplan.plan.request import SLO_KEY, Goodput, PlanRequest
 
+MARGIN_STEP = 0.01  # ratios closer than 1 % of a target rank as equal (margin_key)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -109,6 +111,35 @@ def _goodput_check(target: Target, spec: Goodput, lat: Any, mask: np.ndarray) ->
 def worst(checks: list[list[Check]]) -> float:
     """The largest ratio over every class and target (<= 1: all met)."""
     return max((c.ratio for cls in checks for c in cls), default=0.0)
+
+
+def ratios_from_json(slo_json: dict[str, Any]) -> list[float]:
+    """Every target's ratio read back from :func:`checks_json`'s mapping (inf where a latency
+    is infinite or goodput is zero), so a stored evaluation can be ranked without re-running."""
+    out = []
+    for cls in slo_json.values():
+        for item in cls["targets"].values():
+            if "target_fraction" in item:
+                achieved = item["predicted_fraction"]
+                out.append(item["target_fraction"] / achieved if achieved > 0 else math.inf)
+            else:
+                predicted = item["predicted_ms"]
+                out.append(math.inf if predicted is None else predicted / item["target_ms"])
+    return out
+
+
+def margin_key(ratios: list[float], step: float = MARGIN_STEP) -> tuple[float, float]:
+    """How close a plan runs to its SLOs, smaller is better: the tightest ratio on a grid of
+    ``step``, then the mean ratio. The tightest SLO is what breaks first as traffic grows; where
+    two plans agree on it to within a step (plans that differ only in batching share a long
+    request's E2EL to a few millionths), the one further from its limits on average is better
+    (Qwen3-32B's example: 512 sequences keep the chat p99 TTFT at 528 ms where 128 give 1,718 ms,
+    for 2 % more reasoning TPOT). A grid, not a tolerance, keeps the order transitive."""
+    if not ratios:
+        return (0.0, 0.0)
+    tightest = max(ratios)
+    on_grid = math.floor(tightest / step) * step if math.isfinite(tightest) else tightest
+    return (on_grid, sum(ratios) / len(ratios))
 
 
 def first_broken(checks: list[list[Check]], names: list[str]) -> str | None:
