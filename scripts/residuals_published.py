@@ -10,6 +10,7 @@ or over-counted cost, not noise. Run from the repository root (a few seconds):
     .venv/bin/python scripts/residuals_published.py             # every breakdown
     .venv/bin/python scripts/residuals_published.py --by model  # one breakdown
     .venv/bin/python scripts/residuals_published.py --model gpt-oss --worst 40
+    .venv/bin/python scripts/residuals_published.py --by case  # per configuration (case_id)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _batch(row: PublishedRow) -> str:
 
 
 KEYS: dict[str, Callable[[PublishedRow], str]] = {
+    "case": lambda r: r.case_id,
     "gpu": lambda r: r.gpu,
     "model": lambda r: r.model.split("/")[-1],
     "precision": lambda r: r.weights_dtype,
@@ -63,10 +65,12 @@ KEYS: dict[str, Callable[[PublishedRow], str]] = {
 
 
 def breakdown(results: list[RowResult], key: Callable[[PublishedRow], str], title: str) -> str:
-    lines = [f"{title:<34} {'n':>4} {'bias':>8} {'median':>8} {'p90':>8}"]
-    for name, e in errors_by(results, key).items():
+    groups = errors_by(results, key)
+    width = max([34, *(len(name) for name in groups)])
+    lines = [f"{title:<{width}} {'n':>4} {'bias':>8} {'median':>8} {'p90':>8}"]
+    for name, e in groups.items():
         lines.append(
-            f"{name:<34} {e.size:>4} {np.median(e):>+8.1%} {np.median(abs(e)):>8.1%} "
+            f"{name:<{width}} {e.size:>4} {np.median(e):>+8.1%} {np.median(abs(e)):>8.1%} "
             f"{np.percentile(abs(e), 90):>8.1%}"
         )
     return "\n".join(lines)
@@ -96,7 +100,7 @@ def main(argv: list[str]) -> int:
         f"{errors.size} rows ({missing} not predicted): bias {np.median(errors):+.1%}, "
         f"median {np.median(abs(errors)):.1%}, p90 {np.percentile(abs(errors), 90):.1%}"
     )
-    for name in args.by or sorted(KEYS):
+    for name in args.by or sorted(set(KEYS) - {"case"}):
         print()
         print(breakdown(results, KEYS[name], name))
     print()

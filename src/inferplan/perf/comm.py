@@ -82,3 +82,31 @@ def p2p_s(
     return eff.collective_latency_s + num_bytes / (
         link_bytes_s(gpu, group_size, topology) * eff.collective_bandwidth
     )
+
+
+def allgather_s(
+    num_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None = None,
+) -> float:
+    """One all-gather whose gathered buffer (every rank's part together) is ``num_bytes``:
+    each rank receives the ``(p-1)/p`` it does not hold (NCCL's ring all-gather)."""
+    if ranks <= 1 or num_bytes <= 0:
+        return 0.0
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
+
+
+def reducescatter_s(
+    num_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None = None,
+) -> float:
+    """One reduce-scatter of a ``num_bytes`` buffer that every rank holds in full: each rank
+    sends the ``(p-1)/p`` that the others own (half of a ring all-reduce)."""
+    if ranks <= 1 or num_bytes <= 0:
+        return 0.0
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)

@@ -26,10 +26,11 @@ import numpy as np
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.batch import StepBatch, StepTime, window_range
-from inferplan.perf.comm import allreduce_s, alltoall_s, p2p_s
+from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
+from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.op import Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.specs.dtypes import NumberFormat
@@ -78,6 +79,7 @@ class RooflineModel:
         # An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
         # eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding.
         self.graphs: CudaGraphs | None = None
+        self.moe_exchange = "alltoall"  # or "allgather" (perf/moe_comm.py)
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()
@@ -388,11 +390,9 @@ class RooflineModel:
             ops.append(self._gemm("shared_experts", shared, local, self.formats.linear, count))
         experts, hit = self._experts(ffn, tokens, count)
         ops.append(experts)
-        if self.par.enable_expert_parallel:
-            # The busiest receiver gets each other rank's tokens that route to it once
-            # (DeepEP dispatch); the combine sends the same rows back.
-            dispatch = tokens * hit * hidden * ACT_BYTES
-            return ops, 2 * alltoall_s(dispatch, self.par.ep, self.gpu, self.eff, self.topology)
+        if self.par.enable_expert_parallel:  # all-to-all or all-gather (perf/moe_comm.py)
+            args = (self.par, self.formats.experts, self.gpu, self.eff, self.topology)
+            return ops, moe_exchange_s(self.moe_exchange, tokens * hidden, hit, *args)
         return ops, allreduce_s(act_bytes, tp, self.gpu, self.eff, self.topology)
 
     def expert_table(self, ffn: FfnSpec) -> RankTable:
