@@ -24,6 +24,9 @@ FAMILY_OF_ARCHITECTURE = {
     "ampere": "ampere",
     "blackwell": "blackwell",
     "ada_lovelace": "ada",
+    # RTX PRO 6000 Blackwell (sm_120, GB202): warp-level MMA tensor cores, GDDR7 and PCIe like
+    # Ada's L40S, not the B200's tcgen05/TMEM SMs, HBM and NVLink (docs/validation.md, catalog).
+    "blackwell_gb202": "ada",
     "cdna3": "cdna3",
     "cdna4": "cdna3",
 }
