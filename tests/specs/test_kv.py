@@ -41,6 +41,9 @@ KV_VALUES_PER_TOKEN = {
     "Llama-4-Scout-17B-16E-Instruct": 2 * 8 * 128 * 48,  # chunked-attention layers counted full
     "Qwen3-VL-30B-A3B": 2 * 4 * 128 * 48,
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 2 * 2 * 128 * 6,  # only the 6 attention layers
+    "GLM-4.5-Air": 2 * 8 * 128 * 46,  # partial RoPE rotates half of each head; all is cached
+    "GLM-4.6": 2 * 8 * 128 * 92,
+    "Llama-4-Maverick-17B-128E-Instruct": 2 * 8 * 128 * 48,  # chunked layers counted full
 }
 
 

@@ -22,6 +22,8 @@ BUNDLED_MODELS: dict[str, str] = {
     "DeepSeek-R1": "deepseek-ai",
     "DeepSeek-V3": "deepseek-ai",
     "DeepSeek-V3.2": "deepseek-ai",
+    "GLM-4.5-Air": "zai-org",
+    "GLM-4.6": "zai-org",
     "Kimi-K2-Instruct": "moonshotai",
     "Llama-2-7b-hf": "meta-llama",
     "Llama-2-70b-hf": "meta-llama",
@@ -33,6 +35,7 @@ BUNDLED_MODELS: dict[str, str] = {
     "Mixtral-8x7B-v0.1": "mistralai",
     "Mixtral-8x22B-v0.1": "mistralai",
     "Llama-4-Scout-17B-16E-Instruct": "meta-llama",
+    "Llama-4-Maverick-17B-128E-Instruct": "meta-llama",
     "Qwen3-14B": "Qwen",
     "Qwen3-VL-30B-A3B": "Qwen",
     "Qwen3-8B": "Qwen",
@@ -59,6 +62,9 @@ _ALIASES: dict[str, str] = {
     "llama-3.3-70b": "Llama-3.1-70B",
     "llama-3.3-70b-instruct": "Llama-3.1-70B",
     "nvidia-nemotron-3-nano-30b-a3b-fp8": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    # zai-org's FP8 checkpoints share the BF16 architecture (pass --quantization fp8).
+    "glm-4.5-air-fp8": "GLM-4.5-Air",
+    "glm-4.6-fp8": "GLM-4.6",
 }
 
 

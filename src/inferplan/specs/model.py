@@ -10,8 +10,10 @@ The reading rules follow the Hugging Face modelling code of each family (``trans
 Gemma-3's ``sliding_window_pattern``), hybrid layers (Qwen3-Next ``full_attention_interval``),
 dense-first MoE stacks (DeepSeek ``first_k_dense_replace``, Qwen3-MoE ``mlp_only_layers`` and
 ``decoder_sparse_step``), Nemotron-H blocks of one sublayer each (``hybrid_override_pattern``,
-``specs/hybrid.py``: a layer's absent half is kind ``none``). Per-family extras (q/k norms,
-biases, attention sinks, gated queries) are switched by ``model_type``; everything else comes
+``specs/hybrid.py``: a layer's absent half is kind ``none``), interleaved MoE (Llama 4
+``interleave_moe_layer_step``). Per-family extras (q/k norms, biases, attention sinks, gated
+queries, routing-correction biases; GLM-4-MoE's q/k norm by ``use_qk_norm`` and its
+``attention_bias`` on q/k/v only) are switched by ``model_type``; everything else comes
 from the fields themselves, so an unknown family with the standard fields reads as a dense
 decoder, and one without them fails with an error naming the missing field.
 """
@@ -38,6 +40,19 @@ _QK_NORM_FAMILIES = {
     "qwen3_vl_moe_text",
     "gemma3",
     "gemma3_text",
+}
+# q/k RMSNorm switched by ``use_qk_norm`` (GLM-4.6 on, GLM-4.5-Air off; Llama 4's is weightless).
+_QK_NORM_FLAG_FAMILIES = {"glm4_moe"}
+# ``attention_bias`` on q/k/v only (HF ``Glm4MoeAttention`` builds o_proj without bias).
+_QKV_ONLY_BIAS_FAMILIES = {"glm4_moe"}
+# A bias per expert in the router (DeepSeek-V3/GLM-4-MoE ``e_score_correction_bias``, gpt-oss).
+_ROUTER_BIAS_FAMILIES = {
+    "gpt_oss",
+    "deepseek_v3",
+    "deepseek_v32",
+    "kimi_k2",
+    "nemotron_h",
+    "glm4_moe",
 }
 # Families with four RMSNorms per layer (pre/post attention and pre/post FFN).
 _FOUR_NORM_FAMILIES = {"gemma2", "gemma3", "gemma3_text"}
@@ -332,6 +347,9 @@ def _attention(f: ConfigFields, model_type: str, kind: str) -> AttentionSpec:
             f"num_key_value_heads={num_kv_heads}"
         )
     has_bias = f.get_bool("attention_bias", False)
+    has_qk_norm = model_type in _QK_NORM_FAMILIES or (
+        model_type in _QK_NORM_FLAG_FAMILIES and f.get_bool("use_qk_norm", False)
+    )
     return AttentionSpec(
         kind="gqa",
         num_heads=num_heads,
@@ -339,9 +357,9 @@ def _attention(f: ConfigFields, model_type: str, kind: str) -> AttentionSpec:
         head_dim=head_dim,
         v_head_dim=head_dim,
         window_tokens=window,
-        has_qk_norm=model_type in _QK_NORM_FAMILIES,
+        has_qk_norm=has_qk_norm,
         has_qkv_bias=has_bias or model_type in _QKV_BIAS_FAMILIES,
-        has_o_bias=has_bias,
+        has_o_bias=has_bias and model_type not in _QKV_ONLY_BIAS_FAMILIES,
         has_sinks=model_type == "gpt_oss",
         has_query_gate=model_type == "qwen3_next",
     )
@@ -417,11 +435,7 @@ def _moe_ffn(f: ConfigFields, model_type: str, num_experts: int) -> FfnSpec:
         shared = f.get_int("shared_expert_intermediate_size", minimum=0)
     elif model_type == "llama4_text":  # every Llama 4 MoE layer has one shared expert
         shared = width
-    router_bias = (
-        num_experts
-        if model_type in {"gpt_oss", "deepseek_v3", "deepseek_v32", "kimi_k2", "nemotron_h"}
-        else 0
-    )
+    router_bias = num_experts if model_type in _ROUTER_BIAS_FAMILIES else 0
     if model_type in {"deepseek_v2"}:
         router_bias = 0
     return FfnSpec(
