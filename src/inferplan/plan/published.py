@@ -66,6 +66,14 @@ UNITS.update({m: ("ms",) for m in LATENCY_METRICS})
 SCENARIOS = ("offline", "poisson", "concurrency")
 WEIGHT_DTYPES = {"bf16": None, "fp16": "fp16", "fp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 ENGINES = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+# Accelerators the published table names but the catalog leaves out, and why (issue 11).
+_UNCATALOGUED_GPUS = {
+    "ascend_910b": (
+        "GPU ascend_910b (Huawei Ascend 910B) is not in the catalog: no vendor datasheet with "
+        "its HBM bandwidth and dense peaks per dtype was found, and its engine (vLLM-Ascend on "
+        "CANN) has neither an emulation nor an efficiency family here"
+    ),
+}
 # Checkpoint name suffixes that keep the architecture (instruct tunes, refreshes, re-quantized).
 _MODEL_SUFFIXES = ("-Instruct-2507-FP8", "-Instruct-2507", "-Instruct", "-FP8", "-0528")
 
@@ -271,6 +279,8 @@ def skip_reason(row: PublishedRow) -> str | None:
         return f"scenario {row.scenario!r} is not simulated (valid: {', '.join(SCENARIOS)})"
     if bundled_model_name(row.model) is None:
         return f"model {row.model} has no bundled config"
+    if row.gpu in _UNCATALOGUED_GPUS:
+        return _UNCATALOGUED_GPUS[row.gpu]
     try:
         load_gpu(row.gpu)
     except InferplanError:

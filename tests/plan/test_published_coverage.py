@@ -1,0 +1,44 @@
+"""How published rows map to runs where issue 11 widened coverage: TensorRT-LLM servers with
+chunked prefill, and accelerators the table names but the catalog leaves out."""
+
+from inferplan.plan.published import bundled_published, skip_reason
+from inferplan.plan.published_runs import run_setup
+
+
+def test_trtllm_chunked_prefill_runs_take_prompts_longer_than_the_default_budget() -> None:
+    """GPUStack's trtllm-serve of Qwen3-32B (``enable_chunked_prefill=true``) ran 32,000-token
+    prompts; the scheduler here never chunks, so the budget covers the prompt (else every
+    request is rejected). Runs that do not state chunked prefill keep the default."""
+    rows = bundled_published()
+    long_prompt = next(
+        r
+        for r in rows
+        if r.engine == "tensorrt-llm" and r.input_len == 32000 and r.case_id.startswith("gpustack")
+    )
+    assert long_prompt.settings["enable_chunked_prefill"] == "true"
+    assert run_setup(long_prompt).memory.max_num_batched_tokens >= 32000
+    short = next(
+        r
+        for r in rows
+        if r.engine == "tensorrt-llm" and r.case_id == long_prompt.case_id and r.input_len == 2000
+    )
+    assert run_setup(short).memory.max_num_batched_tokens == 8192
+    unchunked = next(
+        r
+        for r in rows
+        if r.engine == "tensorrt-llm"
+        and r.case_id.startswith("gpustack")
+        and "enable_chunked_prefill" not in r.settings
+    )
+    assert run_setup(unchunked).memory.max_num_batched_tokens == 8192
+
+
+def test_new_catalog_entries_are_predicted_and_ascend_says_why_not() -> None:
+    rows = bundled_published()
+    for gpu in ("gh200", "b300", "gb300", "rtx_pro_6000"):
+        assert any(r.gpu == gpu and skip_reason(r) is None for r in rows), gpu
+    for model in ("zai-org/GLM-4.5-Air", "zai-org/GLM-4.6-FP8", "zai-org/GLM-4.6"):
+        assert any(r.model == model and skip_reason(r) is None for r in rows), model
+    ascend = next(r for r in rows if r.gpu == "ascend_910b")
+    reason = skip_reason(ascend)
+    assert reason is not None and "Ascend 910B" in reason and "datasheet" in reason
