@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cli_run import run
+from cli_run import assert_one_line_error, run
 
 
 def test_gpus_and_models_list_the_additions(capsys: pytest.CaptureFixture[str]) -> None:
@@ -22,16 +22,30 @@ def test_gpus_and_models_list_the_additions(capsys: pytest.CaptureFixture[str]) 
     } <= ids
 
 
-def test_memory_glm_fp8_checkpoint_on_gh200(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["memory", "--model", "zai-org/GLM-4.6-FP8", "--gpu", "gh200", "-tp", "8"]
+def test_memory_glm_fp8_checkpoint_on_b300(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["memory", "--model", "zai-org/GLM-4.6-FP8", "--gpu", "b300", "-tp", "4"]
     code, out, _ = run(capsys, *argv, "--quantization", "fp8", "--max-model-len", "8192", "--json")
     assert code == 0
     data = json.loads(out)
     assert data["params_total"] == 352_797_829_024
     assert data["kv_bytes_per_token"] == 2 * 8 * 128 * 92 * 2  # K and V, 92 layers, BF16
-    # FP8 weights: about 353 GB over 8 GPUs, a little over 44 GB each.
-    assert 43e9 < data["weights_bytes_per_device"] < 46e9
+    # FP8 weights: about 353 GB over 4 GPUs, a little over 88 GB each.
+    assert 87e9 < data["weights_bytes_per_device"] < 91e9
     assert data["fits"] is True
+
+
+def test_memory_on_gh200_is_one_superchip_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    """TensorRT-LLM's GH200 rows run Llama-3.1-70B FP8 on one superchip; a TP group over several
+    needs the user to say how they are joined (a single-superchip node has no NVLink peer)."""
+    argv = ["memory", "--model", "Llama-3.1-70B", "--gpu", "gh200", "--quantization", "fp8"]
+    code, out, _ = run(capsys, *argv, "--max-model-len", "4096", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["fits"] is True
+    assert data["gpu"] == "gh200_96gb"
+    code, _, err = run(capsys, *argv, "-tp", "2")
+    assert code == 2
+    assert "--allow-cross-node-tp" in assert_one_line_error(err)
 
 
 def test_roofline_glm_air_on_rtx_pro_6000(capsys: pytest.CaptureFixture[str]) -> None:

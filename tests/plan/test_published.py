@@ -116,13 +116,15 @@ def test_steady_state_runs_the_remainder_as_a_smaller_wave_that_pays_every_step(
 
 
 def test_validate_rows_keeps_every_row_and_groups_runs() -> None:
-    text = _slice(("trt017-l31-8b-h200", "gpustack-gpt-oss-20b-h100-sglang", "gpustack-glm"))
+    text = _slice(
+        ("trt017-l31-8b-h200", "gpustack-gpt-oss-20b-h100-sglang", "gpustack-qwen3-8b-910b")
+    )
     rows = parse_published(text, "slice.csv")
     results = validate_rows(rows, quick=True)
     assert [r.row for r in results] == [r for run in group_runs(rows).values() for r in run]
     skipped = [r for r in results if r.reason is not None]
     assert skipped and all(r.predicted is None for r in skipped)
-    assert any("no bundled config" in (r.reason or "") for r in skipped)
+    assert any("not in the catalog" in (r.reason or "") for r in skipped)
     summary = error_summary(results)
     assert summary["throughput"]["n"] == sum(
         r.error is not None and r.row.family == "throughput" for r in results
