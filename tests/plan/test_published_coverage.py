@@ -42,3 +42,15 @@ def test_new_catalog_entries_are_predicted_and_ascend_says_why_not() -> None:
     ascend = next(r for r in rows if r.gpu == "ascend_910b")
     reason = skip_reason(ascend)
     assert reason is not None and "Ascend 910B" in reason and "datasheet" in reason
+
+
+def test_copied_glm_h100_block_is_skipped_with_its_reason() -> None:
+    """GPUStack's GLM-4.5-Air H100 page repeats the A100 page's 'Other Benchmark Cases' block;
+    those rows say so, while the page's own ShareGPT runs are still predicted."""
+    rows = [r for r in bundled_published() if r.case_id.startswith("gpustack-glm-4.5-air-h100")]
+    copied = [r for r in rows if r.dataset == "random"]
+    assert len(copied) == 96
+    assert all("repeats a100.md" in (skip_reason(r) or "") for r in copied)
+    assert all(skip_reason(r) is None for r in rows if r.dataset == "sharegpt")
+    a100 = [r for r in bundled_published() if r.case_id.startswith("gpustack-glm-4.5-air-a100")]
+    assert all(skip_reason(r) is None for r in a100)

@@ -74,6 +74,16 @@ _UNCATALOGUED_GPUS = {
         "CANN) has neither an emulation nor an efficiency family here"
     ),
 }
+# Published runs whose numbers are not of the stated configuration, by (case_id, dataset).
+_COPIED = (
+    "GPUStack's glm-4.5-air/h100.md 'Other Benchmark Cases' block repeats a100.md's numbers digit "
+    "for digit and contradicts the page's own conclusion table (vLLM, 32K input: 6,435.97 total "
+    "tok/s in the block, 20,732.85 in the table): not an H100 measurement"
+)
+_SUSPECT_RUNS = {
+    ("gpustack-glm-4.5-air-h100-vllm-524a6f", "random"): _COPIED,
+    ("gpustack-glm-4.5-air-h100-sglang-3473b2", "random"): _COPIED,
+}
 # Checkpoint name suffixes that keep the architecture (instruct tunes, refreshes, re-quantized).
 _MODEL_SUFFIXES = ("-Instruct-2507-FP8", "-Instruct-2507", "-Instruct", "-FP8", "-0528")
 
@@ -273,6 +283,8 @@ def bundled_model_name(hf_id: str) -> str | None:
 
 def skip_reason(row: PublishedRow) -> str | None:
     """Why ``row`` cannot be simulated as published, or None."""
+    if (row.case_id, row.dataset) in _SUSPECT_RUNS:
+        return _SUSPECT_RUNS[(row.case_id, row.dataset)]
     if row.engine not in ENGINES:
         return f"engine {row.engine!r} is not emulated (valid: {', '.join(ENGINES)})"
     if row.scenario not in SCENARIOS:
