@@ -16,7 +16,11 @@ from inferplan.workload.prefixes import HASH_BLOCK_TOKENS, with_own_blocks
 
 def test_own_blocks_are_distinct_and_cover_prompt_and_output() -> None:
     wl = build_workload("random", num_prompts=20, random_input_len=100, random_output_len=40)
-    own = with_own_blocks(wl)
+    counted = with_own_blocks(wl)  # marked, not hashed: the engine counts them
+    assert counted.own_blocks and counted.prefix_hashes is None
+    assert counted.prefix_block_tokens == HASH_BLOCK_TOKENS and counted.prefix_hashes_cover_output
+    assert with_own_blocks(counted) is counted
+    own = with_own_blocks(wl, hashed=True)
     assert own.prefix_hashes is not None and own.prefix_hashes_cover_output
     assert own.prefix_block_tokens == HASH_BLOCK_TOKENS
     for i, ids in enumerate(own.prefix_hashes):

@@ -19,6 +19,7 @@ outside exact mode, so exact mode checks it against the general one.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
+from inferplan.memory.ownblocks import OwnBlocks
 from inferplan.memory.prefixcache import PrefixCache, regroup_hashes, windowed_prefix_cache
 from inferplan.memory.radixcache import RadixCache
 from inferplan.memory.tiers import OffloadConfig
@@ -39,6 +41,7 @@ from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.step_seconds import StepSeconds
+from inferplan.workload.prefixes import own_block_hashes
 from inferplan.workload.request import Workload
 
 # Reductions of the per-step paths as the ufuncs' own: ``ndarray.sum()`` and friends go through
@@ -75,6 +78,12 @@ def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | 
     radix = cfg.scheduler == "sglang"  # SGLang's radix cache (``memory/radixcache.py``)
     if not cfg.enable_prefix_caching or cfg.scheduler not in ("continuous", "sglang"):
         return None
+    if hashes is None and workload.own_blocks and entry_tokens:
+        if not radix and cfg.kv_groups == FULL_ATTENTION:  # counted, not hashed
+            unit = math.lcm(entry_tokens, cfg.block_size)
+            tokens = workload.input_tokens + workload.output_tokens
+            return OwnBlocks(tokens // unit, unit // cfg.block_size)
+        hashes = own_block_hashes(workload)  # the caches that need ids get them
     if hashes is None or not entry_tokens:
         return None
     hashes, entry_tokens = regroup_hashes(hashes, entry_tokens, cfg.block_size)

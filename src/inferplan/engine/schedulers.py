@@ -97,7 +97,7 @@ class Scheduler:
             decision = self.admission.schedule_running(self, now)
         else:
             decision = self.schedule_running()
-        if self.pool.cache is not None:
+        if self.pool.cache is not None and self.pool.cache.caches_chunks:
             self._cache_chunks(decision.sched)
         if not decision.preempted:
             decision = self.schedule_waiting(decision, now, admit=True)

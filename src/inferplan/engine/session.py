@@ -14,7 +14,7 @@ from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
-from inferplan.memory.blockpool import pool_layout
+from inferplan.memory.blockpool import FULL_ATTENTION, pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
@@ -168,7 +168,10 @@ def simulate(
     sim_cfg = simulation_config(plan, options)
     if not _rehits_own_blocks(options) or workload.prefix_hashes is not None:
         return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
-    result = Simulation(with_own_blocks(workload), sim_cfg, model).run(on_progress=on_progress)
+    # Full-attention pools count a request's own blocks (``memory/ownblocks.py``); a windowed
+    # pool's cache moves parts within its LRU list on a hit and needs one id per block.
+    own = with_own_blocks(workload, hashed=sim_cfg.scheduler.kv_groups != FULL_ATTENTION)
+    result = Simulation(own, sim_cfg, model).run(on_progress=on_progress)
     # Nothing is shared between distinct prompts: the cache's hit counts (re-hits after a
     # preemption) are not the prefix reuse the summary reports, which keeps its keys off.
     records = replace(result.records, cached_tokens=None, prefix_queried_tokens=None)

@@ -101,6 +101,10 @@ def windowed_prefix_cache(
 class PrefixCache:
     """Cached prompt entries (hash -> reference count) and the LRU list of unreferenced ones."""
 
+    # The scheduler registers the prompt entries each step's chunks complete (``ownblocks.py``:
+    # entries nobody shares need none until their request frees them).
+    caches_chunks = True
+
     def __init__(
         self,
         hashes: tuple[tuple[int, ...], ...],

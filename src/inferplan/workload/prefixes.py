@@ -129,25 +129,40 @@ def _check_size(num_blocks: int, what: str) -> None:
         )
 
 
-def with_own_blocks(workload: Workload) -> Workload:
-    """``workload`` with every request's own block hashes over its prompt and output, shared
-    with no other request, where it has none: distinct prompts (``vllm bench serve``'s random
-    and ShareGPT prompts) under vLLM v1's prefix caching. vLLM hashes and caches every full
-    block it computes, prompt and output, and keeps the hashes of a preempted request's freed
-    blocks until they are evicted, so the request hits its own KV when it is admitted again
-    instead of recomputing it (``v1/core/kv_cache_manager.py`` ``get_computed_blocks``,
-    ``block_pool.py`` ``free_blocks``; notes in ``memory/prefixcache.py``). Too many blocks to
-    hash (``MAX_HASHED_BLOCKS``): the workload is returned as it is."""
-    if workload.prefix_hashes is not None:
+def with_own_blocks(workload: Workload, *, hashed: bool = False) -> Workload:
+    """``workload`` with every request's own blocks over its prompt and output, shared with no
+    other request, where it has no hashes: distinct prompts (``vllm bench serve``'s random and
+    ShareGPT prompts) under vLLM v1's prefix caching. vLLM hashes and caches every full block it
+    computes, prompt and output, and keeps the hashes of a preempted request's freed blocks
+    until they are evicted, so the request hits its own KV when it is admitted again instead of
+    recomputing it (``v1/core/kv_cache_manager.py`` ``get_computed_blocks``, ``block_pool.py``
+    ``free_blocks``; notes in ``memory/prefixcache.py``). The blocks are marked, not hashed
+    (``Workload.own_blocks``: the engine counts them, ``memory/ownblocks.py``); ``hashed`` gives
+    them ids instead (``own_block_hashes``; pools whose cache needs ids). Too many blocks
+    (``MAX_HASHED_BLOCKS``, the bound of the hashed form, kept for both so that results do not
+    depend on the form): the workload is returned as it is."""
+    if workload.prefix_hashes is not None or workload.own_blocks:
         return workload
     total = int((workload.input_tokens + workload.output_tokens).sum()) // HASH_BLOCK_TOKENS
     if total > MAX_HASHED_BLOCKS:
         return workload
-    none: list[str | None] = [None] * workload.num_requests
-    hashes = session_hashes(none, workload.input_tokens, workload.output_tokens)
+    if not hashed:
+        return replace(
+            workload,
+            prefix_block_tokens=HASH_BLOCK_TOKENS,
+            prefix_hashes_cover_output=True,
+            own_blocks=True,
+        )
     return replace(
         workload,
-        prefix_hashes=hashes,
+        prefix_hashes=own_block_hashes(workload),
         prefix_block_tokens=HASH_BLOCK_TOKENS,
         prefix_hashes_cover_output=True,
     )
+
+
+def own_block_hashes(workload: Workload) -> tuple[tuple[int, ...], ...]:
+    """Ids of each request's ``HASH_BLOCK_TOKENS``-token blocks over its prompt and output,
+    every id its own (``with_own_blocks``' blocks, one id each)."""
+    none: list[str | None] = [None] * workload.num_requests
+    return session_hashes(none, workload.input_tokens, workload.output_tokens)

@@ -40,6 +40,9 @@ class Workload:
     source: str = "synthetic"
     notes: tuple[str, ...] = field(default=())
     prefix_hashes_cover_output: bool = False
+    # Every request's prompt + output blocks (``prefix_block_tokens`` tokens) are its own,
+    # without hashes: the engine counts them (``workload/prefixes.py`` ``with_own_blocks``).
+    own_blocks: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)

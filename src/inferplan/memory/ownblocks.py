@@ -1,0 +1,112 @@
+"""vLLM v1's prefix cache over blocks that no two requests share, in counts instead of hashes.
+
+A workload without prompt hashes (distinct prompts) still meets vLLM v1's prefix cache: every
+full block a request computes, prompt and output, is hashed and cached, and a preempted
+request's freed blocks keep their hashes until evicted, so it re-hits them when it is admitted
+again (``workload/prefixes.py`` ``with_own_blocks``). ``PrefixCache`` (``prefixcache.py``)
+models that with one hash per block: a reference count per hash, a trie-like walk per lookup, one
+LRU item per freed block; every request pays for its blocks at each chunk, release and eviction.
+
+Here nothing is shared, so only the owner can ever hit a block, and only after it freed it. The
+same cache is therefore kept as counts:
+
+- a running request's computed entries (``held``: how many of its first entries it has
+  computed; nothing to look up while it runs);
+- the LRU list as *runs*, one per release (request id -> entries still cached), in the order
+  they were freed. ``PrefixCache.release`` appends a request's entries tail first, and eviction
+  takes the list's front, so what is left of a run is always its first entries: the run's
+  count is the owner's hit. Evicting ``x`` blocks drops ``ceil(x / entry_blocks)`` entries from
+  the front runs in one step per run.
+
+A request's run leaves the list whole when it is admitted again (its hit is every entry still
+cached: it froze at most ``(tokens - 1) // entry_tokens`` entries, the cap of a lookup). Lookups,
+admissions and releases are O(1), evictions O(1) per run they reach. Outputs equal
+``PrefixCache``'s on the same workload with one hash per block
+(``tests/memory/test_own_blocks_cache.py``, ``tests/engine/test_own_blocks_equal.py``).
+Full-attention pools only: a windowed pool's parts move within the list on a hit
+(``prefixcache.py``), which runs do not express, so those keep ``PrefixCache``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import numpy.typing as npt
+
+from inferplan.memory.prefixcache import PrefixCache
+
+
+class OwnBlocks(PrefixCache):
+    """``PrefixCache``'s verbs where request ``i``'s ``num_entries[i]`` entries are its own."""
+
+    # ``Scheduler._cache_chunks`` registers prompt entries as chunks run; here a release
+    # registers what the request computed (``release_blocks``), which is the same count.
+    caches_chunks = False
+
+    def __init__(self, num_entries: npt.NDArray[np.int64], entry_blocks: int) -> None:
+        super().__init__((), entry_blocks)
+        self.num_entries: list[int] = num_entries.tolist()  # entries each request can fill
+        self.covers_output = True  # own blocks cover prompt and output
+        self.held: dict[int, int] = {}  # type: ignore[assignment]  # running: entries computed
+        # Freed runs, least recently freed first: request id -> its first entries still cached.
+        self.runs: OrderedDict[int, int] = OrderedDict()
+
+    def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
+        return min(self.runs.get(rid, 0), max_entries), 0  # nobody else maps its blocks
+
+    def acquire(self, rid: int, entries: int) -> int:
+        cached = self.runs.pop(rid, 0)
+        # A lookup's cap is never below a run (module doc): a hit takes the whole run.
+        assert entries == cached, "an own-block hit leaves part of its run cached"
+        self.lru_blocks -= cached * self.entry_blocks
+        self.held[rid] = entries
+        return cached * self.entry_blocks
+
+    def register(self, rid: int, entries: int) -> None:
+        entries = min(entries, self.num_entries[rid])
+        if entries > self.held.get(rid, 0):
+            self.held[rid] = entries
+
+    def release(self, rid: int) -> int:
+        entries = self.held.pop(rid, 0)
+        if entries:
+            assert rid not in self.runs, "a request freed twice"
+            self.runs[rid] = entries
+            self.lru_blocks += entries * self.entry_blocks
+        return 0  # nothing is shared: every block goes back to the pool
+
+    def hit_keys(self, rid: int, entries: int) -> set[int]:
+        return {rid} if entries else set()  # its run: a hit is the whole run
+
+    def blocks_before(self, keys: set[int], limit: int) -> int:
+        """Blocks of the runs freed before the run of ``keys``, as ``PrefixCache`` counts
+        them: whole entries until ``limit`` is reached."""
+        total = 0
+        for rid, entries in self.runs.items():
+            if total >= limit or rid in keys:
+                return total
+            blocks = entries * self.entry_blocks
+            if total + blocks >= limit:  # the first whole entry at or past ``limit``
+                return total + -(-(limit - total) // self.entry_blocks) * self.entry_blocks
+            total += blocks
+        return total
+
+    def evict_to(self, free_blocks: int) -> None:
+        """Drop whole entries from the front runs, tail entries first, until the cached-free
+        blocks fit in ``free_blocks``."""
+        runs, size = self.runs, self.entry_blocks
+        while self.lru_blocks > free_blocks:
+            rid, entries = next(iter(runs.items()))
+            drop = -(-(self.lru_blocks - free_blocks) // size)
+            if drop >= entries:
+                del runs[rid]
+                drop = entries
+            else:
+                runs[rid] = entries - drop
+            self.lru_blocks -= drop * size
+
+    def check(self) -> None:
+        assert all(entries > 0 for entries in self.runs.values()), "an empty run"
+        assert self.lru_blocks == sum(self.runs.values()) * self.entry_blocks
+        assert not set(self.runs) & set(self.held), "a running request's run is cached-free"
