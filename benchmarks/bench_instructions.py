@@ -7,7 +7,9 @@ the plan and the workload are not counted. About 50x slower than a plain run: ke
 small (a few hundred requests).
 
 Run: ``python -m benchmarks.bench_instructions vidur:500 near:300 million:400`` (needs
-``valgrind``); prints one line per regime: its name, requests and instructions.
+``valgrind``); prints one line per regime: its name, requests and instructions. ``--served``
+first: on the workload ``inferplan simulate`` runs (``session.served_workload``: vLLM v1's own
+blocks where they apply), not the workload as generated.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import sys
 import tempfile
 
 
-def _run_instrumented(name: str, num_requests: int) -> None:
-    """In the process callgrind runs: build the regime, count ``Simulation.run`` only."""
+def _run_instrumented(name: str, num_requests: int, served: bool = False) -> None:
+    """In the process callgrind runs: build the regime, count ``Simulation.run`` only
+    (``served``: on the workload ``inferplan simulate`` runs, own blocks included)."""
     from benchmarks.bench_regimes import REGIMES, _workload
     from inferplan.cli_flags import build_memory_plan
-    from inferplan.engine.session import ServingOptions, simulation_config
+    from inferplan.engine.session import ServingOptions, served_workload, simulation_config
     from inferplan.engine.simulator import Simulation
     from inferplan.perf.factory import build_step_model
 
@@ -33,7 +36,10 @@ def _run_instrumented(name: str, num_requests: int) -> None:
         0.9, regime.max_num_batched_tokens, regime.max_num_seqs, None, dp=regime.dp,
     )  # fmt: skip
     workload = _workload(regime, num_requests, plan.max_model_len)
-    cfg = simulation_config(plan, ServingOptions(data_parallel_size=regime.dp))
+    options = ServingOptions(data_parallel_size=regime.dp)
+    cfg = simulation_config(plan, options)
+    if served:
+        workload = served_workload(workload, options, cfg)
     sim = Simulation(workload, cfg, build_step_model(plan))
     toggle = ["callgrind_control", "-i"]
     subprocess.run([*toggle, "on", str(os.getpid())], check=True, capture_output=True)
@@ -41,14 +47,14 @@ def _run_instrumented(name: str, num_requests: int) -> None:
     subprocess.run([*toggle, "off", str(os.getpid())], check=True, capture_output=True)
 
 
-def count(name: str, num_requests: int) -> int:
+def count(name: str, num_requests: int, served: bool = False) -> int:
     """Instructions of ``Simulation.run`` for ``num_requests`` of regime ``name``."""
     with tempfile.TemporaryDirectory() as tmp:
         argv = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={tmp}/callgrind.out",
             sys.executable, "-m", "benchmarks.bench_instructions", "--inside", name,
-            str(num_requests),
+            str(num_requests), *(["served"] if served else []),
         ]  # fmt: skip
         out = subprocess.run(argv, check=True, capture_output=True, text=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
@@ -59,8 +65,9 @@ def count(name: str, num_requests: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--inside"]:
-        _run_instrumented(sys.argv[2], int(sys.argv[3]))
+        _run_instrumented(sys.argv[2], int(sys.argv[3]), sys.argv[4:5] == ["served"])
     else:
-        for spec in sys.argv[1:]:
+        served = sys.argv[1:2] == ["--served"]
+        for spec in sys.argv[1 + served :]:
             regime, num = spec.split(":")
-            print(regime, num, count(regime, int(num)))
+            print(regime, num, count(regime, int(num), served))

@@ -1,7 +1,10 @@
 """The fast engine in every load regime (issue 10, item 3): wall seconds and peak memory.
 
 Each regime is one ``Simulation`` built as ``inferplan simulate`` builds it (vLLM v1 defaults
-unless the regime sets a flag), run in fast mode in a fresh subprocess, so its peak RSS
+unless the regime sets a flag; the workload as ``session.served_workload`` gives it, so vLLM
+v1's own-block re-hits are included where they apply, i.e. up to ``MAX_HASHED_BLOCKS`` blocks
+of prompt + output: at full size ``vidur`` only, scaled down with ``--num-requests`` all of
+them; ``--bare``: without), run in fast mode in a fresh subprocess, so its peak RSS
 (``ru_maxrss``: Python, numpy and the model included) is its own. Reported: wall seconds of the
 simulation (building the plan and workload excluded) and its CPU seconds (``process_time``),
 which a machine shared with other jobs inflates less than wall time:
@@ -114,10 +117,13 @@ def _workload(regime: Regime, num_requests: int, max_model_len: int) -> Any:
     )
 
 
-def measure_once(name: str, num_requests: int | None = None) -> dict[str, float]:
-    """Build and run one regime in this process; its wall time and this process's peak RSS."""
+def measure_once(
+    name: str, num_requests: int | None = None, *, bare: bool = False
+) -> dict[str, float]:
+    """Build and run one regime in this process; its wall time and this process's peak RSS
+    (``bare``: the workload as generated, without ``session.served_workload``'s own blocks)."""
     from inferplan.cli_flags import build_memory_plan
-    from inferplan.engine.session import ServingOptions, simulation_config
+    from inferplan.engine.session import ServingOptions, served_workload, simulation_config
     from inferplan.engine.simulator import Simulation
     from inferplan.perf.factory import build_step_model
 
@@ -130,8 +136,11 @@ def measure_once(name: str, num_requests: int | None = None) -> dict[str, float]
     model = build_step_model(plan)
     workload = _workload(regime, num, plan.max_model_len)
     options = ServingOptions(data_parallel_size=regime.dp)
+    cfg = simulation_config(plan, options)
+    if not bare:  # what ``inferplan simulate`` runs: vLLM v1's own blocks included
+        workload = served_workload(workload, options, cfg)
     start, start_cpu = time.perf_counter(), time.process_time()
-    res = Simulation(workload, simulation_config(plan, options), model).run()
+    res = Simulation(workload, cfg, model).run()
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     return {
         "wall_s": wall_s,
@@ -146,19 +155,23 @@ def measure_once(name: str, num_requests: int | None = None) -> dict[str, float]
     }
 
 
-def _in_subprocess(name: str, num_requests: int | None) -> dict[str, float]:
+def _in_subprocess(name: str, num_requests: int | None, bare: bool) -> dict[str, float]:
     argv = [sys.executable, "-m", "benchmarks.bench_regimes", "--one", name]
     if num_requests is not None:
         argv += ["--num-requests", str(num_requests)]
+    if bare:
+        argv.append("--bare")
     out = subprocess.run(argv, check=True, capture_output=True, text=True)
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
-def main(repeats: int = REPEATS, num_requests: int | None = None) -> dict[str, Any]:
+def main(
+    repeats: int = REPEATS, num_requests: int | None = None, bare: bool = False
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name in REGIMES:
-        runs = [_in_subprocess(name, num_requests) for _ in range(repeats)]
+        runs = [_in_subprocess(name, num_requests, bare) for _ in range(repeats)]
         results[f"{name}_wall_s"] = statistics.median(r["wall_s"] for r in runs)
         results[f"{name}_cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
         results[f"{name}_peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
@@ -174,8 +187,11 @@ if __name__ == "__main__":
     parser.add_argument("--one", choices=sorted(REGIMES))
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument(
+        "--bare", action="store_true", help="the workload as generated, without own blocks"
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure_once(args.one, args.num_requests)))
+        print(json.dumps(measure_once(args.one, args.num_requests, bare=args.bare)))
     else:
-        print(json.dumps(main(args.repeats, args.num_requests), indent=2))
+        print(json.dumps(main(args.repeats, args.num_requests, args.bare), indent=2))

@@ -166,16 +166,26 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     sim_cfg = simulation_config(plan, options)
+    served = served_workload(workload, options, sim_cfg)
+    result = Simulation(served, sim_cfg, model).run(on_progress=on_progress)
     if not _rehits_own_blocks(options) or workload.prefix_hashes is not None:
-        return Simulation(workload, sim_cfg, model).run(on_progress=on_progress)
-    # Full-attention pools count a request's own blocks (``memory/ownblocks.py``); a windowed
-    # pool's cache moves parts within its LRU list on a hit and needs one id per block.
-    own = with_own_blocks(workload, hashed=sim_cfg.scheduler.kv_groups != FULL_ATTENTION)
-    result = Simulation(own, sim_cfg, model).run(on_progress=on_progress)
+        return result
     # Nothing is shared between distinct prompts: the cache's hit counts (re-hits after a
     # preemption) are not the prefix reuse the summary reports, which keeps its keys off.
     records = replace(result.records, cached_tokens=None, prefix_queried_tokens=None)
     return replace(result, records=records, prefix_caches=[])
+
+
+def served_workload(
+    workload: Workload, options: ServingOptions, sim_cfg: SimulationConfig
+) -> Workload:
+    """The workload the engine runs: with blocks of each request's own where vLLM v1 re-hits
+    them (``_rehits_own_blocks``) and it has no hashes. Full-attention pools count them
+    (``memory/ownblocks.py``); a windowed pool's cache moves parts within its LRU list on a
+    hit and needs one id per block."""
+    if not _rehits_own_blocks(options) or workload.prefix_hashes is not None:
+        return workload
+    return with_own_blocks(workload, hashed=sim_cfg.scheduler.kv_groups != FULL_ATTENTION)
 
 
 # SGLang 0.5 with DP attention (``server_args.py`` ``_handle_data_parallelism``) divides

@@ -202,8 +202,12 @@ class DecodeStretches:
         if r.pool.cache is not None:
             # With prefix caching the order of allocations and frees decides which cached
             # blocks are evicted, and a victim frees only the blocks nobody else maps: the
-            # scheduler's own running pass, one row at a time.
-            r.step()
+            # scheduler's own running pass, one row at a time; own blocks have that order in
+            # closed form (imported here: ``ownsteps`` uses ``num_victims`` below).
+            from inferplan.engine.ownsteps import own_block_preemption_step
+
+            if not own_block_preemption_step(r):
+                r.step()
             return
         run = r.running
         self._known = None

@@ -1,0 +1,52 @@
+"""The decode step that preempts, in vector form, where the prefix cache holds own blocks only.
+
+``DecodeStretches.preempting_decode_step`` pops last-admitted victims in vector form, but with a
+prefix cache it runs the scheduler's running pass one row at a time
+(``Scheduler._schedule_running_with_preemption``), because the order of allocations and frees
+decides which cached blocks are evicted. With own blocks (``memory/ownblocks.py``) in a pool
+whose every crossing costs one block, that order has a closed form: the rows before the first
+that cannot get its block take every free block (so every cached-free block is evicted), and
+each later victim is popped when the free pool is empty again (the row being served needs one
+block and none is left), so every run freed before it is evicted too; after the last victim the
+survivors' blocks come out of what the victims freed. The step then runs as the scheduler's
+decision (``Replica._run``): the same victims (``num_victims``, the running pass's count), the
+same evictions, the same step time, bit for bit (``tests/engine/test_own_blocks_equal.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.schedulers import StepDecision
+from inferplan.engine.stretch import num_victims
+from inferplan.memory.ownblocks import OwnBlocks
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import Replica
+
+
+def own_block_preemption_step(r: Replica) -> bool:
+    """Run the preempting decode step (module doc); False, having done nothing, where the
+    cache is not own blocks or the pool not one block per crossing."""
+    pool, run = r.pool, r.running
+    if type(pool.cache) is not OwnBlocks or not pool.is_uniform:
+        return False
+    # The running pass's new blocks per row; one at most, so the rows before the first that
+    # cannot get its block take the free pool exactly.
+    crossing = np.maximum(pool.blocks_for(run.num_computed + 1) - run.held_blocks, 0)
+    victims = num_victims(crossing, run.held_blocks, pool.free)
+    if victims == 0 or int(crossing.max()) > 1:
+        return False
+    allocated = 0  # blocks the surviving rows took before the last victim was popped
+    for _ in range(victims):
+        allocated += pool.free
+        pool.free = 0  # the rows served so far took the rest: every cached-free block goes
+        r.scheduler.preempt(len(run) - 1)
+    survivors = len(run)
+    pool.free -= int(crossing[:survivors].sum()) - allocated
+    run.held_blocks[:survivors] += crossing[:survivors]
+    r._run(StepDecision(np.ones(survivors, dtype=np.int64), preempted=True))
+    r._decoding = None
+    return True
