@@ -209,3 +209,22 @@ def test_windowed_pools_keep_one_hash_per_block() -> None:
     plain = replica_module.prefix_cache_for(replace(sched, kv_groups=FULL_ATTENTION), wl)
     assert isinstance(plain, OwnBlocks)
     assert replica_module.prefix_cache_for(replace(sched, enable_prefix_caching=False), wl) is None
+
+
+def test_the_vector_preemption_step_runs_on_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overloaded scenario's preempting decode steps take ``engine/ownsteps.py``'s vector
+    form (with the general running pass's evictions), and the results above still match."""
+    from inferplan.engine import ownsteps
+
+    ran: list[bool] = []
+    original = ownsteps.own_block_preemption_step
+
+    def counted(r: Replica) -> bool:
+        ran.append(original(r))
+        return ran[-1]
+
+    monkeypatch.setattr(ownsteps, "own_block_preemption_step", counted)
+    wl, cfg = _overloaded()
+    counted_run = _run(with_own_blocks(wl), cfg)
+    assert sum(ran) >= 10
+    assert _fingerprint(counted_run) == _fingerprint(_run(with_own_blocks(wl, hashed=True), cfg))

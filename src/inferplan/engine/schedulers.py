@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,6 +62,13 @@ class StepDecision:
     swap_s: float = 0.0  # host-link time of swaps out and in
     preempted: bool = False
     prefill_only: bool = False  # a prefill-first step of new prompts
+    # The requests it preempted (in the order they were popped) and those it added to the
+    # running set (swapped back in, then taken off the queue, in running order), as vLLM v1's
+    # ``SchedulerOutput`` names its preempted and newly scheduled requests. Filled by vLLM v1's
+    # running and waiting passes (``Scheduler``), which the other engines' schedulers share
+    # except where they override them.
+    preempted_ids: list[int] = field(default_factory=list)
+    admitted_ids: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -342,6 +349,7 @@ class Scheduler:
         run, pool = self.running, self.pool
         budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
         granted_tokens = np.zeros(len(run), dtype=np.int64)
+        victims: list[int] = []
         while start < len(run) and budget > 0:
             need = run.num_tokens[start:] - run.num_computed[start:]
             cum = np.cumsum(need)
@@ -360,19 +368,22 @@ class Scheduler:
             row, needed, tokens = start + granted, int(new_blocks[granted]), int(sched[granted])
             while needed > pool.free:
                 victim = self.victim_row()
+                victims.append(int(run.ids[victim]))
                 swap_s += self.preempt(victim)
                 budget += int(granted_tokens[victim])
                 granted_tokens = np.delete(granted_tokens, victim)
                 if victim == row:  # the request itself: the running pass ends here
                     granted_tokens[row:] = 0
-                    return StepDecision(granted_tokens, swap_s=swap_s, preempted=True)
+                    return StepDecision(
+                        granted_tokens, swap_s=swap_s, preempted=True, preempted_ids=victims
+                    )
                 row -= victim < row
             pool.free -= needed
             run.held_blocks[row] += needed
             granted_tokens[row] = tokens
             budget -= tokens
             start = row + 1
-        return StepDecision(granted_tokens, swap_s=swap_s, preempted=True)
+        return StepDecision(granted_tokens, swap_s=swap_s, preempted=True, preempted_ids=victims)
 
     def victim_row(self) -> int:
         """The running row to preempt: the last admitted (vLLM v1), or under the priority
@@ -407,6 +418,7 @@ class Scheduler:
         cfg, run, pool = self.cfg, self.running, self.pool
         budget = cfg.max_num_batched_tokens - int(decision.sched.sum())
         sched: list[int] = []  # tokens of the rows this pass adds behind the running ones
+        first_added = len(run)
         swap_s = decision.swap_s
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
             if not self.swapped_head_fits(budget, pool.free):
@@ -423,10 +435,14 @@ class Scheduler:
             self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
         if admit:
             self.admit_waiting(budget, sched, now)
+        ids = {
+            "preempted_ids": decision.preempted_ids,
+            "admitted_ids": run.ids[first_added:].tolist(),
+        }
         if sched:
             added = np.array(sched, dtype=np.int64)
-            return StepDecision(np.concatenate((decision.sched, added)), swap_s=swap_s)
-        return StepDecision(decision.sched, swap_s=swap_s)
+            return StepDecision(np.concatenate((decision.sched, added)), swap_s=swap_s, **ids)
+        return StepDecision(decision.sched, swap_s=swap_s, **ids)
 
 
 class _ReservingScheduler(Scheduler):
