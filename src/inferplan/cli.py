@@ -36,6 +36,7 @@ from inferplan.cli_flags import (
 from inferplan.cli_output import refuse_operator_table, show
 from inferplan.cli_plan import plan
 from inferplan.cli_prefix import PrefixFlags, prefix_options
+from inferplan.cli_speculative import SpeculativeFlags, speculative_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
@@ -44,6 +45,7 @@ from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.perf.moe_report import expert_parallel_report
+from inferplan.perf.speculative import speculative_report
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
 from inferplan.profile import DEVICES, profile_to_csv
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
@@ -105,6 +107,7 @@ def memory(deployment: DeploymentFlags, json_out: bool) -> None:
     help="Zipf exponent of expert popularity (0 = uniform routing)",
 )
 @click.option("--no-cuda-graphs", is_flag=True, help="Model eager execution (enforce-eager)")
+@speculative_options
 @json_option
 def roofline(
     deployment: DeploymentFlags,
@@ -113,6 +116,7 @@ def roofline(
     context_len: str,
     moe_skew: float,
     no_cuda_graphs: bool,
+    speculative: SpeculativeFlags,
     json_out: bool,
 ) -> None:
     """Step-time model: prefill and decode speed, and which bound dominates."""
@@ -132,6 +136,11 @@ def roofline(
         "topology": topology_json(plan.topology, plan.parallelism),
         "expert_parallel": expert_parallel_report(step_model, plan),
     }
+    spec_model = speculative.model(step_model)
+    if spec_model is not None:  # off by default: the output keeps its keys
+        result["speculative"] = speculative_report(
+            spec_model, batches, contexts, plan.kv_capacity_tokens
+        )
     show(result, json_out, roofline_tables)
     if not plan.fits:  # the step times are shown, but a plan that does not fit is exit 1
         raise DoesNotFitError(does_not_fit_message(plan))

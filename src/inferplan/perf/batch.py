@@ -20,7 +20,9 @@ class StepBatch:
     attention computes: a chunk of ``q`` tokens after ``o`` cached ones adds ``q*o + q*(q+1)/2``.
     ``prefill_context_tokens`` sums the ``o`` (cached tokens each chunk reads back).
     ``decode_context_tokens`` sums, over decoding sequences, the tokens each attends to (its KV
-    length including the token being generated).
+    length including the token being generated). ``num_draft_tokens`` (speculative decoding,
+    ``perf/speculative.py``): each decoding sequence also verifies that many draft tokens in the
+    same forward, ``1 + num_draft_tokens`` query rows per sequence (0: plain decode).
     """
 
     prefill_tokens: int = 0
@@ -29,15 +31,22 @@ class StepBatch:
     num_prefill_seqs: int = 0
     num_decode_seqs: int = 0
     decode_context_tokens: int = 0
+    num_draft_tokens: int = 0
+
+    @property
+    def num_decode_tokens(self) -> int:
+        """Query rows of the decoding sequences: one each, plus their draft tokens."""
+        return self.num_decode_seqs * (1 + self.num_draft_tokens)
 
     @property
     def num_tokens(self) -> int:
-        return self.prefill_tokens + self.num_decode_seqs
+        return self.prefill_tokens + self.num_decode_tokens
 
     @property
     def num_logit_tokens(self) -> int:
-        """Rows that reach the LM head: one per decoding sequence and per prefill chunk."""
-        return self.num_decode_seqs + self.num_prefill_seqs
+        """Rows that reach the LM head: one per decoding sequence (and per draft token it
+        verifies) and one per prefill chunk."""
+        return self.num_decode_tokens + self.num_prefill_seqs
 
 
 def chunk_attention_pairs(chunk_tokens: int, cached_tokens: int) -> float:

@@ -95,8 +95,11 @@ def decode_graph(
     """
     if not enabled or batch.prefill_tokens:
         return batch.num_tokens, True
+    # With speculative decoding the graphs are keyed by query rows (vLLM v1 captures uniform
+    # decode batches of ``1 + k`` rows per sequence), so the limits apply to the rows.
+    rows = batch.num_decode_tokens
     if graphs is None:
-        return batch.num_tokens, batch.num_decode_seqs / dpa > CUDA_GRAPH_MAX_BATCH
-    eager = graphs.graph_batch(batch.num_decode_seqs // dpa) is None
-    padded = graphs.graph_batch(batch.num_decode_seqs) if dpa == 1 else None
+        return batch.num_tokens, rows / dpa > CUDA_GRAPH_MAX_BATCH
+    eager = graphs.graph_batch(rows // dpa) is None
+    padded = graphs.graph_batch(rows) if dpa == 1 else None
     return (batch.num_tokens if padded is None else padded), eager

@@ -343,13 +343,17 @@ class RooflineModel:
         if n:
             window = att.window_tokens
             context = batch.decode_context_tokens / share
+            # Speculative verify (``perf/speculative.py``): ``q`` queries per sequence read its
+            # KV once; query ``j`` also attends to the ``j`` draft tokens before it.
+            q = 1 + batch.num_draft_tokens
+            drafts = decode_flops * n * (q - 1) * q / 2
             if window is not None and context >= n * window:
                 ops.append(
                     Op(
                         "attn_decode",
-                        decode_flops * n * window,
+                        decode_flops * n * window * q + drafts,
                         0.0,
-                        token_bytes * (n * window + n) + io * n,
+                        token_bytes * (n * window + n * q) + io * n * q,
                         0.0,
                         compute,
                         memory,
@@ -360,9 +364,9 @@ class RooflineModel:
                 ops.append(
                     Op(  # evaluated at the micro-batch's context: this rank reads 1/dpa of it
                         "attn_decode",
-                        0.0,
-                        decode_flops / dpa,
-                        token_bytes * n + io * n,
+                        drafts,
+                        decode_flops * q / dpa,
+                        token_bytes * n * q + io * n * q,
                         token_bytes / dpa,
                         compute,
                         memory,

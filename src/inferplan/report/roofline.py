@@ -41,7 +41,50 @@ def roofline_tables(result: dict[str, Any]) -> Group:
         "decode batch at which the weight GEMMs turn compute-bound",
         f"{size:,}" if size else "never (<= 65,536)",
     )
+    parts = [prefill, decode, turning]
     experts = result.get("expert_parallel")
     if experts:
-        return Group(prefill, decode, turning, expert_rank_table(experts))
-    return Group(prefill, decode, turning)
+        parts.append(expert_rank_table(experts))
+    if "speculative" in result:
+        parts.extend(speculative_tables(result["speculative"]))
+    return Group(*parts)
+
+
+def speculative_tables(spec: dict[str, Any]) -> list[Table]:
+    """Decode with and without speculation, and where it stops paying."""
+    title = (
+        f"speculative decode ({spec['method']}, k={spec['num_speculative_tokens']}, "
+        f"acceptance {spec['acceptance_rate']:.3f}, {spec['accept_length']:.2f} tokens/step)"
+    )
+    table = Table(title=title, title_justify="left")
+    for col in ("batch", "context", "plain ms", "plain tok/s", "draft ms", "verify ms"):
+        table.add_column(col, justify="right")
+    for col in ("tok/s", "speedup", "verify bound"):
+        table.add_column(col, justify="right")
+    for row in spec["decode"]:
+        table.add_row(
+            f"{row['batch_size']:,}",
+            f"{row['context_len']:,}",
+            f"{row['plain_step_time_s'] * 1e3:,.2f}",
+            f"{row['plain_tokens_per_s']:,.0f}",
+            f"{row['draft_time_s'] * 1e3:,.2f}",
+            f"{row['verify_time_s'] * 1e3:,.2f}",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{row['speedup']:.2f}x",
+            row["verify_bound"],
+        )
+    where = Table(show_header=False)
+    where.add_column("what")
+    where.add_column("value", justify="right")
+    size = spec["verify_compute_bound_batch_size"]
+    where.add_row(
+        "decode batch at which the verify's GEMMs turn compute-bound",
+        f"{size:,}" if size else "never (<= 65,536)",
+    )
+    for row in spec["break_even"]:
+        size = row["break_even_batch_size"]
+        where.add_row(
+            f"batch from which speculation stops paying, context {row['context_len']:,}",
+            f"{size:,}" if size else f"never (<= {row['max_batch_size']:,}, the KV's limit)",
+        )
+    return [table, where]
