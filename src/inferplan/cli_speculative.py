@@ -23,6 +23,7 @@ from inferplan.perf.speculative import (
     acceptance_for_length,
 )
 from inferplan.specs.catalog import load_model
+from inferplan.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,16 @@ class SpeculativeFlags:
             raise InferplanError(
                 "--speculative-model: needed with --speculative-method draft, and only with it"
             )
-        draft = load_model(self.speculative_model) if self.speculative_model else None
-        return SpeculativeConfig(method, k, acceptance, draft)
+        return SpeculativeConfig(method, k, acceptance, self._draft())
+
+    def _draft(self) -> ModelSpec | None:
+        if self.speculative_model is None:
+            return None
+        try:
+            return load_model(self.speculative_model)
+        except InferplanError as err:  # the catalog's message names --model
+            reason = str(err).removeprefix("--model: ")
+            raise InferplanError(f"--speculative-model: {reason}") from None
 
     def model(self, step_model: StepTimeModel) -> SpeculativeModel | None:
         config = self.config()

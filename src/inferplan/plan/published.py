@@ -300,7 +300,11 @@ def skip_reason(row: PublishedRow) -> str | None:
     if row.weights_dtype not in WEIGHT_DTYPES:
         return f"weights {row.weights_dtype!r} not modelled"
     if any(k.startswith("speculative") for k in row.settings):
-        return "speculative decoding is not modelled by validate"
+        return (
+            "speculative decoding is not simulated by validate: the rows do not state the "
+            "acceptance (accept length), none is published for their draft model and dataset, "
+            "and it is never fitted to them (docs/modeling.md section 15)"
+        )
     if row.scenario == "concurrency" and row.max_concurrency is None:
         return "concurrency scenario without max_concurrency"
     if (row.input_len_mean is None and row.input_len is None) or (
