@@ -19,6 +19,7 @@ from inferplan.perf.speculative import (
     speedup,
 )
 from perf.perf_helpers import roofline, spec_of
+from perf.test_roofline import toy_model
 
 ARGS = ["roofline", "--model", "Llama-3.1-8B", "--gpu", "h100", "--input-len", "128"]
 EAGLE = ["--speculative-method", "eagle3", "--num-speculative-tokens", "4"]
@@ -146,3 +147,17 @@ def test_bad_speculative_flags_fail_in_one_line(
     code, _, err = run(capsys, *ARGS, "--batch-sizes", "1", *extra)
     assert code == 2
     assert flag in assert_one_line_error(err)
+
+
+def test_verify_attention_by_hand_on_the_toy_model() -> None:
+    """Toy (``test_roofline``): 4 query heads and 2 KV heads of 16 per layer, 2 layers, bf16,
+    1e12 B/s, 1e13 FLOP/s. Per layer: 128 B of KV per token, 256 B of query in and out per
+    row, 256 FLOPs per (query, key) pair."""
+    model = toy_model()
+    n, context, k = 2, 200, 4  # two sequences of 100 tokens, four drafts each
+    batch = StepBatch(num_decode_seqs=n, decode_context_tokens=context, num_draft_tokens=k)
+    flops = 256 * (5 * 200 + 2 * 4 * 5 / 2)  # 5 queries over the context, + drafts before each
+    memory = 128 * (200 + 2 * 5) + 256 * 2 * 5  # KV read once, 10 rows written, q in/out
+    expected = 2 * max(flops / 1e13, memory / 1e12)
+    assert model.step_time(batch).by_operator_s["attn_decode"] == pytest.approx(expected)
+    assert expected == pytest.approx(2 * 29_440 / 1e12)  # memory-bound: 2.944e-8 s a layer
