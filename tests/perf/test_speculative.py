@@ -161,3 +161,13 @@ def test_verify_attention_by_hand_on_the_toy_model() -> None:
     expected = 2 * max(flops / 1e13, memory / 1e12)
     assert model.step_time(batch).by_operator_s["attn_decode"] == pytest.approx(expected)
     assert expected == pytest.approx(2 * 29_440 / 1e12)  # memory-bound: 2.944e-8 s a layer
+
+
+def test_a_pipelined_target_drafts_on_one_stage() -> None:
+    """A one-layer head cannot be split into stages: it runs unpipelined beside the LM head."""
+    pipelined = SpeculativeModel(
+        roofline("Llama-3.1-70B", tp=2, pp=2), SpeculativeConfig("eagle3", 3, 0.7)
+    )
+    flat = SpeculativeModel(roofline("Llama-3.1-70B", tp=2), SpeculativeConfig("eagle3", 3, 0.7))
+    assert pipelined.draft_time_s(8, 8 * 1024) == pytest.approx(flat.draft_time_s(8, 8 * 1024))
+    assert speedup(pipelined, 1, 1024) > 1.0

@@ -94,12 +94,13 @@ class SpeculativeModel:
 
     def __init__(self, target: RooflineModel, config: SpeculativeConfig) -> None:
         self.target, self.config = target, config
-        # The drafter runs within the target's step: no host cost of its own.
+        # The drafter runs within the target's step: no host cost of its own. It is not
+        # pipelined: its passes run on one stage (the last, beside the LM head), TP-split.
         eff = replace(target.eff, step_overhead_s=0.0, per_seq_overhead_s=0.0)
         self.drafter = RooflineModel(
             drafter_spec(target.spec, config),
             target.gpu,
-            target.par,
+            replace(target.par, pp=1),
             target.formats,
             target.kv,
             eff,
