@@ -48,6 +48,7 @@ from inferplan.specs.engines import (
     TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION,
     engine_defaults,
     sglang_mem_fraction_static,
+    vllm_expert_padding,
 )
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism
@@ -115,6 +116,7 @@ def build_memory_plan(
         max_num_seqs=seqs,
         max_num_batched_tokens=budget,
     )
+    padding = vllm_expert_padding(spec, device, quantization) if engine == "vllm" else None
     cfg = MemoryConfig(
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
@@ -125,6 +127,7 @@ def build_memory_plan(
         block_size=default(block_size, defaults.block_size),
         kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
         mem_fraction_static=mem_fraction_static,
+        expert_padding=padding,
     )
     par = Parallelism(
         tp=tp,

@@ -56,6 +56,9 @@ class MemoryConfig:
     block_size: int = 16
     kv_cache_free_gpu_mem_fraction: float | None = None  # TensorRT-LLM's rule when set
     mem_fraction_static: float | None = None  # SGLang's rule when set
+    # (hidden, intermediate per rank) multiples the engine's MoE kernel pads routed experts to
+    # (vLLM's MXFP4 Marlin kernel, ``specs/engines.py`` ``vllm_expert_padding``); None: none.
+    expert_padding: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for flag, fraction in (
@@ -191,7 +194,15 @@ def _stage_plans(
     for i, count in enumerate(counts):
         layers: tuple[LayerGroup, ...] = spec.layers[start : start + count]
         start += count
-        weights = stage_weights(spec, par, fmt, layers, is_first=i == 0, is_last=i == par.pp - 1)
+        weights = stage_weights(
+            spec,
+            par,
+            fmt,
+            layers,
+            is_first=i == 0,
+            is_last=i == par.pp - 1,
+            expert_padding=cfg.expert_padding,
+        )
         kv_bytes = kv_pool_bytes(gpu.memory_bytes, cfg, weights.total_bytes, activation, reserve)
         per_token = (
             sum(kv_values_per_token(g.attention, par.tp) for g in layers) * kv.bytes_per_value

@@ -12,6 +12,9 @@ Sharding (vLLM ``model_executor/layers/linear.py`` and the per-family model file
 - Quantized formats apply to linear layers (``scope='linear'``) or routed experts only
   (``scope='experts'``, gpt-oss mxfp4); embeddings, head, router, norms, biases and the vision
   tower stay in the model dtype, as in the released checkpoints.
+- Padded experts: an engine whose MoE kernel needs tile-aligned shapes stores each routed
+  expert's matrices padded (``expert_padding``: hidden size and per-rank intermediate size
+  rounded up to those multiples; vLLM's MXFP4 Marlin kernel, ``specs/engines.py``).
 """
 
 from __future__ import annotations
@@ -89,8 +92,29 @@ def attention_rank_params(att: AttentionSpec, hidden: int, tp: int) -> tuple[int
     return linear, other
 
 
-def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightFormats) -> float:
-    """One FFN block's bytes on one rank."""
+def _round_up(n: int, multiple: int) -> int:
+    return _div(n, multiple) * multiple
+
+
+def padded_expert_params(
+    ffn: FfnSpec, hidden: int, shards: int, padding: tuple[int, int] | None
+) -> int:
+    """One routed expert's matrix params on a rank holding ``1 / shards`` of its intermediate
+    size, padded to ``padding`` = (hidden, intermediate) multiples (None: as stored)."""
+    inner = _div(ffn.intermediate_size, shards)
+    if padding is not None:
+        hidden, inner = _round_up(hidden, padding[0]), _round_up(inner, padding[1])
+    return ffn_matrices(ffn) * hidden * inner
+
+
+def ffn_rank_bytes(
+    ffn: FfnSpec,
+    hidden: int,
+    par: Parallelism,
+    fmt: WeightFormats,
+    expert_padding: tuple[int, int] | None = None,
+) -> float:
+    """One FFN block's bytes on one rank (routed experts padded by ``expert_padding``)."""
     if ffn.kind == "none":
         return 0.0
     matrices = ffn_matrices(ffn)
@@ -102,9 +126,13 @@ def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightForma
         slots = _div(ffn.num_experts + par.num_redundant_experts, par.ep)
         routed = slots * one
         routed_bias = slots * bias
+        if expert_padding is not None:
+            routed = slots * padded_expert_params(ffn, hidden, 1, expert_padding)
     else:
         routed = _div(ffn.num_experts * one, par.tp)
         routed_bias = _div(ffn.num_experts * bias, par.tp)
+        if expert_padding is not None:
+            routed = ffn.num_experts * padded_expert_params(ffn, hidden, par.tp, expert_padding)
     shared = _div(matrices * hidden * ffn.shared_intermediate_size, par.tp)
     router = (
         hidden * ffn.num_experts + ffn.router_bias_size + (hidden if ffn.has_shared_gate else 0)
@@ -117,12 +145,16 @@ def ffn_rank_bytes(ffn: FfnSpec, hidden: int, par: Parallelism, fmt: WeightForma
 
 
 def _layer_bytes(
-    layer: LayerGroup, spec: ModelSpec, par: Parallelism, fmt: WeightFormats
+    layer: LayerGroup,
+    spec: ModelSpec,
+    par: Parallelism,
+    fmt: WeightFormats,
+    expert_padding: tuple[int, int] | None = None,
 ) -> tuple[float, float, float]:
     """(attention, ffn, norms) bytes of one layer on one rank."""
     linear, other = attention_rank_params(layer.attention, spec.hidden_size, par.tp)
     attention = fmt.linear.bytes_for(linear) + fmt.other.bytes_for(other)
-    ffn = ffn_rank_bytes(layer.ffn, spec.hidden_size, par, fmt)
+    ffn = ffn_rank_bytes(layer.ffn, spec.hidden_size, par, fmt, expert_padding)
     norms = fmt.other.bytes_for(spec.norms_per_layer * spec.hidden_size)
     return attention, ffn, norms
 
@@ -135,6 +167,7 @@ def stage_weights(
     *,
     is_first: bool,
     is_last: bool,
+    expert_padding: tuple[int, int] | None = None,
 ) -> DeviceWeights:
     """Weight bytes on one device of the pipeline stage that holds ``layers``."""
     parts = {"embedding": 0.0, "lm_head": 0.0, "attention": 0.0, "ffn": 0.0, "norms": 0.0}
@@ -142,7 +175,7 @@ def stage_weights(
     for layer in layers:
         key = id(layer)
         if key not in cache:
-            cache[key] = _layer_bytes(layer, spec, par, fmt)
+            cache[key] = _layer_bytes(layer, spec, par, fmt, expert_padding)
         attention, ffn, norms = cache[key]
         parts["attention"] += attention
         parts["ffn"] += ffn

@@ -41,7 +41,7 @@ from inferplan.plan.slo import class_targets
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import engine_defaults
+from inferplan.specs.engines import engine_defaults, vllm_expert_padding
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.model import ModelSpec
 
@@ -62,6 +62,8 @@ def build_plan(
     """The memory plan of one replica of ``cfg`` (the engine's block size)."""
     gpu = load_gpu(cfg.gpu)
     defaults = engine_defaults(cfg.engine, gpu)
+    spec = _spec(model_name)
+    padding = vllm_expert_padding(spec, gpu, cfg.quantization) if cfg.engine == "vllm" else None
     memory = MemoryConfig(
         quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype,
@@ -70,8 +72,9 @@ def build_plan(
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_num_seqs=cfg.max_num_seqs,
         block_size=defaults.block_size,
+        expert_padding=padding,
     )
-    return plan_memory(_spec(model_name), gpu, cfg.parallelism, memory)
+    return plan_memory(spec, gpu, cfg.parallelism, memory)
 
 
 @cache

@@ -63,6 +63,7 @@ from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     engine_defaults,
     sglang_mem_fraction_static,
+    vllm_expert_padding,
 )
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.model import ModelSpec
@@ -180,7 +181,8 @@ def run_setup(row: PublishedRow) -> RunSetup:
         memory = replace(memory, mem_fraction_static=fraction)
     else:
         utilization = float(row.settings.get("gpu_memory_utilization", "0.9"))
-        memory = replace(memory, gpu_memory_utilization=utilization)
+        padding = vllm_expert_padding(load_model(model), gpu, memory.quantization)
+        memory = replace(memory, gpu_memory_utilization=utilization, expert_padding=padding)
     full = engine == "trtllm" and load_model(model).model_type in _TRTLLM_WINDOWLESS_FAMILIES
     return RunSetup(model, gpu.key, engine, par, memory, closed_form, full)
 

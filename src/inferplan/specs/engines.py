@@ -10,6 +10,8 @@ Figures from the engines' sources as summarised in the project notes (vLLM 0.11.
 - SGLang: chunked prefill 8192 on 60-160 GiB parts (16384 above, 4096/2048 below), page size 1.
 - TensorRT-LLM: ``max_num_tokens`` 8192, ``max_batch_size`` 2048, 32-token blocks, KV = 0.9 of the
   memory left after weights and warm-up.
+- vLLM's MXFP4 experts (gpt-oss) before Blackwell run its Marlin MoE kernel, which stores each
+  expert padded (``vllm_expert_padding``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from dataclasses import dataclass
 
 from inferplan.errors import InferplanError
 from inferplan.specs.hardware import CUDA_DRIVER_RESERVE_BYTES, GIB, GpuSpec
+from inferplan.specs.model import ModelSpec
 
 ENGINES = ("vllm", "sglang", "trtllm")
 TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9  # llm_args.py KvCacheConfig.free_gpu_memory_fraction
+# NVIDIA parts before Blackwell (no FP4 tensor cores): vLLM dequantises MXFP4 in Marlin.
+MARLIN_MXFP4_ARCHITECTURES = ("ampere", "ada_lovelace", "hopper")
+MARLIN_MOE_PADDING = (256, 128)  # (hidden, intermediate per rank) multiples
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,23 @@ def engine_defaults(engine: str, gpu: GpuSpec) -> EngineDefaults:
     if engine == "trtllm":
         return EngineDefaults("trtllm", 8192, 2048, 32, 0.9)
     raise InferplanError(f"--engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+
+
+def vllm_expert_padding(
+    spec: ModelSpec, gpu: GpuSpec, quantization: str | None
+) -> tuple[int, int] | None:
+    """The (hidden, per-rank intermediate) multiples vLLM pads routed MXFP4 experts to, or None.
+
+    Before Blackwell vLLM runs MXFP4 MoE weights (gpt-oss) in its Marlin kernel, which needs
+    ``n % 256 == 0`` and ``k % 128 == 0`` per GEMM, so ``Mxfp4MoEMethod.create_weights``
+    allocates every expert with the hidden size rounded up to 256 and the per-rank intermediate
+    size to 128 (vllm ``model_executor/layers/quantization/mxfp4.py``; Ampere always, Hopper
+    where the Triton MoE kernels are not installed). gpt-oss's 2880 x 2880 experts become
+    3072 x 2944, 9 % more bytes: gpt-oss-120b loads as 65.97 GiB on one H100
+    (vllm-project/vllm#23278's log, Marlin), where its checkpoint holds 60.8 GiB."""
+    method = quantization or (spec.quantization.method if spec.quantization else None)
+    if method != "mxfp4" or gpu.vendor != "nvidia":
+        return None
+    if gpu.architecture not in MARLIN_MXFP4_ARCHITECTURES:
+        return None
+    return MARLIN_MOE_PADDING
