@@ -34,7 +34,7 @@ import yaml
 from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
-from inferplan.perf.engine_kernels import plan_kernel_class, scale_kernels
+from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
 from inferplan.plan.calibration import huber
 from inferplan.plan.folds import error_rows, grouped_folds
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
@@ -145,21 +145,42 @@ def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[
 
 
 def fit(rows: list[PublishedRow], by_class: dict[str, Table]) -> Fit:
-    """The shared (host, front end) and per-class factor of least total loss on ``rows``."""
+    """The shared (host, front end) and per-class factor of least total loss on ``rows``. A
+    class none of ``rows`` has (a fold that holds out its only configurations) takes the
+    grid factor nearest what the engine would run it at without a fitted factor
+    (``perf/engine_kernels.py`` ``engine_factor``: the other classes' geometric mean)."""
     shared = sorted({(h, fe) for t in by_class.values() for (h, _, fe) in t}, key=repr)
     best: tuple[float, Fit] | None = None
     for host, fe in shared:
-        total, factors = 0.0, {}
+        total, factors, unseen = 0.0, {}, []
         for kernel, table in sorted(by_class.items()):
-            options = [
-                (loss(rows, v), -f) for (h, f, e), v in table.items() if (h, e) == (host, fe)
-            ]
-            score, neg = min(options)
+            cells = {f: v for (h, f, e), v in table.items() if (h, e) == (host, fe)}
+            if len(cells) > 1 and not any(covers(rows, v) for v in cells.values()):
+                unseen.append(kernel)
+                continue
+            score, neg = min((loss(rows, v), -f) for f, v in cells.items())
             total, factors[kernel] = total + score, -neg
+        fitted = {k: f for k, f in factors.items() if len(run_grid(by_class[k])) > 1}
+        for kernel in unseen:
+            factors[kernel] = nearest(run_grid(by_class[kernel]), engine_factor(fitted, kernel))
         if best is None or total < best[0] - 1e-12:
             best = (total, Fit(host, fe, factors))
     assert best is not None
     return best[1]
+
+
+def covers(rows: list[PublishedRow], values: Values) -> bool:
+    """Whether any latency row of ``rows`` is predicted in ``values``."""
+    return any(r.family == "latency" and row_key(r) in values for r in rows)
+
+
+def run_grid(table: Table) -> list[float]:
+    return sorted({f for (_, f, _) in table})
+
+
+def nearest(grid: list[float], value: float) -> float:
+    """The grid factor nearest ``value`` in log (ties: the smaller)."""
+    return min(grid, key=lambda f: (abs(math.log(f / value)), f))
 
 
 def predicted(by_class: dict[str, Table], point: Fit) -> Values:

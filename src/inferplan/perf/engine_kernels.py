@@ -14,12 +14,17 @@ an engine's kernels reach at most what the roofline allows, and a BF16 dense mod
 reference the family constants already describe.
 
 The factors (``data/engine_kernels.yaml``) are fitted by ``scripts/fit_frontend.py`` to the
-served latency rows with cross-validation grouped by configuration; a class without a factor
-runs at 1.
+served latency rows with cross-validation grouped by configuration. A class without a factor
+runs at 1 where the engine class has no factors at all (TensorRT-LLM's kernels are the
+reference) and for ``bf16`` (the family constants' own kernels); a non-BF16 class an engine has
+no factor for takes the geometric mean of the engine's fitted factors (``unseen_factor``): its
+other quantized and MLA kernels are the best evidence of how its kernels compare with
+TensorRT-LLM's, not TensorRT-LLM's own (vLLM's fitted 0.3-0.75 against 1).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -80,10 +85,24 @@ def scale_kernels(eff: Efficiency, factor: float, kernel: str = "bf16") -> Effic
     return replace(eff, gemm_compute=eff.gemm_compute * factor, attention_compute=attention)
 
 
+def unseen_factor(factors: dict[str, float]) -> float:
+    """The factor of a non-BF16 kernel class an engine has no fitted factor for: the
+    geometric mean of its fitted ones (1 where it has none)."""
+    values = [v for v in factors.values() if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
+
+
+def engine_factor(factors: dict[str, float], kernel: str) -> float:
+    """``kernel``'s factor from an engine class's fitted ``factors`` (module docstring)."""
+    if kernel in factors:
+        return factors[kernel]
+    return 1.0 if kernel == "bf16" else unseen_factor(factors)
+
+
 def with_engine_kernels(eff: Efficiency, engine_class: str | None, kernel: str) -> Efficiency:
-    """``eff`` with the engine class's fitted factor for ``kernel``, where there is one."""
+    """``eff`` with the engine class's factor for ``kernel`` (``engine_factor``)."""
     factors = bundled_kernels().get(engine_class, {}) if engine_class else {}
-    return scale_kernels(eff, factors.get(kernel, 1.0), kernel)
+    return scale_kernels(eff, engine_factor(factors, kernel), kernel)
 
 
 def plan_kernel_class(plan: MemoryPlan) -> str:
