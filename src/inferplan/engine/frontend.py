@@ -18,6 +18,10 @@ bound), that does
 - ``per_token_s`` for each output token of each request (detokenise, one SSE chunk, the
   client's parse of it), when the engine emits it.
 
+Where the engine takes requests in apart from its output stream (``requests_apart``: SGLang's
+TokenizerManager and DetokenizerManager processes), the per-request work is the tokenizer stage
+in front of the engine alone and this server serves output tokens only.
+
 The client sees a token when the server has finished it. It runs after the engine simulation
 on the records (the engine is not slowed by its front end: outputs queue in the API process),
 with each request's tokens spread evenly between its simulated first token and finish. ITL
@@ -58,6 +62,11 @@ class FrontEnd:
     per_request_s: float = 0.0
     per_input_token_s: float = 0.0
     per_token_s: float = 0.0
+    # The per-request work runs in a process apart from the output tokens' (SGLang: the
+    # TokenizerManager takes requests in, the DetokenizerManager detokenises, and the client
+    # parses the stream): the pass after the engine serves the tokens alone, and the requests'
+    # cost is the tokenizer stage in front of the engine (``tokenizer_stage.py``) only.
+    requests_apart: bool = False
 
     @property
     def is_zero(self) -> bool:
@@ -139,6 +148,8 @@ def frontend_times(
     last_s = token_s if chunk == 1 else first_at + (index + size - 1) * step_at
     del first_at, step_at
     request_cost = (fe.per_request_s + fe.per_input_token_s * records.input_tokens[done]) / servers
+    if fe.requests_apart:  # served by the tokenizer stage, not here
+        request_cost = np.zeros(done.size)
     arrive = np.concatenate([records.arrival_s[done], token_s])
     cost = np.concatenate([request_cost, size * per_token_s])
     order = np.argsort(arrive, kind="stable")  # at ties: requests first, then in token order
@@ -245,10 +256,14 @@ def parse_frontends(data: object, source: str) -> dict[str, FrontEnd]:
             raise InferplanError(
                 f"{source}: {name}: keys must be among {', '.join(FRONTEND_FIELDS)}"
             )
-        values = {k: float(v) for k, v in costs.items()}
+        values = {str(k): float(v) for k, v in costs.items()}
         if any(not 0.0 <= v <= 1.0 for v in values.values()):
             raise InferplanError(f"{source}: {name}: seconds must lie in [0, 1]")
-        out[str(name)] = FrontEnd(**values)
+        out[str(name)] = FrontEnd(
+            per_request_s=values.get("per_request_s", 0.0),
+            per_input_token_s=values.get("per_input_token_s", 0.0),
+            per_token_s=values.get("per_token_s", 0.0),
+        )
     return out
 
 
@@ -259,6 +274,20 @@ def bundled_frontends() -> dict[str, FrontEnd]:
 
 
 def engine_frontend(engine: str, version: str = "") -> FrontEnd:
-    """The fitted front end of an engine release (zero costs where none is fitted)."""
+    """The fitted front end of an engine release (zero costs where none is fitted); SGLang's
+    takes requests in apart from its output stream (``with_process_split``)."""
     name = frontend_class(engine, version)
-    return bundled_frontends().get(name, FrontEnd()) if name else FrontEnd()
+    fe = bundled_frontends().get(name, FrontEnd()) if name else FrontEnd()
+    return with_process_split(fe, name)
+
+
+def with_process_split(fe: FrontEnd, name: str | None) -> FrontEnd:
+    """``fe`` as front-end class ``name`` runs it. SGLang's HTTP server and TokenizerManager
+    (chat template, tokenisation) run in the main process, its incremental detokenisation in
+    a ``DetokenizerManager`` process of its own (``sglang/srt/entrypoints/engine.py``
+    ``_launch_subprocesses``, ``managers/detokenizer_manager.py``), so a burst of arriving
+    requests does not hold back the tokens already streaming: ``requests_apart``. Measured:
+    SGLang's ``128/4`` runs of 1,000 requests sent at once spread their first tokens over the
+    run (Qwen3-14B-FP8 on one H100: TTFT median 4.06 s, p99 7.24 s in a 7.8 s run), where one
+    queue would deliver them all after the last request's intake. Others: ``fe``."""
+    return replace(fe, requests_apart=True) if name == "sglang" else fe

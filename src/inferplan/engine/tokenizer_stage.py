@@ -17,7 +17,9 @@ The simulation runs on the delayed arrivals; its records are then put back on th
 clock (``arrival_s`` and ``dispatch_s`` earlier by each request's delay), so TTFT counts the
 wait in the tokenizer. The front end's pass after the engine (``frontend.behind_frontend``)
 replays the same per-request jobs at the client's arrivals beside the output tokens' jobs, so
-the API process's time is charged once per job. Zero per-request costs change nothing (the
+the API process's time is charged once per job; where the front end takes requests in
+apart from its output stream (``FrontEnd.requests_apart``, SGLang) that pass serves the tokens
+only. Zero per-request costs change nothing (the
 same workload object is simulated). With a client-side concurrency limit the delay is applied to
 the sends before the limit, an approximation (the limit then holds delayed requests); the
 bundled front ends with a per-request cost (``triton-trtllm``) serve runs without one.

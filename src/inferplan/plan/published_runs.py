@@ -57,6 +57,7 @@ from inferplan.plan.served import (
     served_graphs,
     trtllm_release,
     with_async_scheduling,
+    with_overlap_schedule,
 )
 from inferplan.plan.trtllm_bench import trtllm_bench_limits
 from inferplan.specs.catalog import load_model
@@ -299,6 +300,8 @@ def run_step_model(
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
     if first.settings.get("async_scheduling") == "true":  # on fitted constants too
         eff = with_async_scheduling(eff, engine)
+    disabled = first.settings.get("disable_overlap_schedule") == "true"
+    eff = with_overlap_schedule(eff, engine, disabled)  # SGLang's default, on fitted ones too
     step = build_step_model(plan, efficiency=eff)
     if isinstance(step, RooflineModel) and not setup.closed_form:
         step.graphs = served_graphs(plan, engine, version)

@@ -6,6 +6,8 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
   rows by ``scripts/fit_published.py`` (``data/published_cpu_costs.yaml``); vLLM v1's and
   SGLang's fitted to their served latency rows (``perf/engine_overheads.py``).
 - **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only.
+- **SGLang's overlap scheduler** (on by default): its host work hides behind the GPU's
+  (``with_overlap_schedule``).
 - **Decode CUDA graphs**: the engine's default capture sizes (``perf/cudagraph.py``), except
   TensorRT-LLM's C++ engine flow (0.14, 0.17), whose graphs keep the generic rule.
 
@@ -66,7 +68,21 @@ def served_efficiency(
     ``async_scheduling``, vLLM v1's host work behind the GPU's: ``with_async_scheduling``)."""
     eff = host_efficiency(family, engine, version)
     eff = with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
+    eff = with_overlap_schedule(eff, engine)
     return with_async_scheduling(eff, engine) if async_scheduling else eff
+
+
+def with_overlap_schedule(eff: Efficiency, engine: str, disabled: bool = False) -> Efficiency:
+    """``eff`` as SGLang 0.5 runs by default: its overlap scheduler (``event_loop_overlap``;
+    ``server_args.py`` ``disable_overlap_schedule=False``) launches batch n + 1 on the GPU
+    before it processes batch n's results on the CPU (``scheduler.py``: the result queue of
+    one batch; lmsys.org/blog/2024-12-04-sglang-v0-4, "zero-overhead batch scheduler"), so its
+    per-step and per-sequence host work hides behind the GPU's as far as that lasts
+    (``perf/overlap.py``: ``host_overlap`` 1). ``disabled``: ``--disable-overlap-schedule``
+    (the host and the GPU take turns, ``host_overlap`` 0). Other engines: ``eff`` unchanged."""
+    if engine != "sglang":
+        return eff
+    return replace(eff, host_overlap=0.0 if disabled else 1.0)
 
 
 def with_async_scheduling(eff: Efficiency, engine: str) -> Efficiency:
