@@ -112,8 +112,10 @@ def served_rows(name: str) -> list[PublishedRow]:
 
 def run_factors(name: str, kernel: str) -> list[float]:
     """The kernel factors tried for a run: none for TensorRT-LLM (its kernels are the
-    reference) and for vLLM's BF16 runs (the family constants describe BF16 GEMMs)."""
-    if name == "trtllm-serve" or (name == "vllm-v1" and kernel == "bf16"):
+    reference) and for vLLM's and SGLang's BF16 runs (the family constants describe BF16
+    GEMMs, which both run in cuBLAS; SGLang's fitted to 0.3 where it was free, a stand-in for
+    what the model misses on those runs, docs/validation.md ``sglfit``)."""
+    if name == "trtllm-serve" or (name in ("vllm-v1", "sglang") and kernel == "bf16"):
         return [1.0]
     return FACTORS
 
