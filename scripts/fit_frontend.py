@@ -274,6 +274,27 @@ def describe(point: Fit) -> str:
     return text + f"; factors {point.factors}"
 
 
+def tie_classes(by_class: dict[str, Table], tied: tuple[str, ...]) -> dict[str, Table]:
+    """``by_class`` with the ``tied`` classes' tables merged into one class (named by theirs,
+    joined with ``+``), so that they are fitted with one factor on their rows together."""
+    members = sorted(k for k in by_class if k in tied)
+    if len(members) < 2:
+        return by_class
+    merged: Table = {}
+    for kernel in members:
+        for point, values in by_class[kernel].items():
+            merged.setdefault(point, {}).update(values)
+    out = {k: t for k, t in by_class.items() if k not in tied}
+    out["+".join(members)] = merged
+    return out
+
+
+def untie(point: Fit) -> Fit:
+    """``point`` with a tied class's factor given to each of its members."""
+    factors = {k: f for name, f in point.factors.items() for k in name.split("+")}
+    return replace(point, factors=factors)
+
+
 def write(fitted: dict[str, Fit]) -> None:
     fe_data = yaml.safe_load(FRONTEND_DATA.read_text()) or {}
     host_data = yaml.safe_load(HOST_DATA.read_text()) or {}
@@ -335,6 +356,7 @@ def main(argv: list[str]) -> int:
         before = errors(rows, predicted(by_class, start))
         if before:  # vLLM v1's grid no longer holds the constants it started from
             print(report("before (main's constants)", before) + "\n")
+        by_class = tie_classes(by_class, TIED.get(name, ()))
         fitted[name] = fit(rows, by_class)
         print(f"fitted: {describe(fitted[name])}\n")
         print(report("in-sample", errors(rows, predicted(by_class, fitted[name]))) + "\n")
@@ -343,7 +365,7 @@ def main(argv: list[str]) -> int:
             print(f"  fold {i + 1}: {describe(point)}")
         print("\n" + report("cross-validated", cv) + "\n", flush=True)
     if not args.dry_run:
-        write(fitted)
+        write({name: untie(point) for name, point in fitted.items()})
     return 0
 
 
