@@ -47,8 +47,9 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   not share a new prefix; a finished request inserts its sequence (its output entries where
   the hashes cover them, as session traces' do) and its path is accessed.
 
-Not emulated: the overlap scheduler's one-step lag (its effect on time is in the fitted host
-costs, ``perf/engine_overheads.py``), ``--enable-mixed-chunk``, and token-granular hits (hashes
+The overlap scheduler's effect on step time is in the step model (``plan/served.py``
+``with_overlap_schedule``: the host work hides behind the GPU's). Not emulated: its one-step
+lag in the token stream, ``--enable-mixed-chunk``, and token-granular hits (hashes
 are per entry). ``--scheduling-policy lpm`` sorts the queue as SGLang's ``lpm`` does before
 each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The ratio is kept as
 ``(base, decode steps since base)`` so that a closed-form stretch of ``k`` decode steps and

@@ -19,8 +19,9 @@ The constants (``data/engine_overheads.yaml``: ``step_overhead_s``, ``per_seq_ov
 cross-validation grouped by configuration, inside the bounds given there: for vLLM v1 what it
 is measured to spend on the host (what ``--async-scheduling`` saves, 3 ms per step and 20 us
 per sequence; ``docs/validation.md`` "Latency rows"). The roofline adds
-them to the step's GPU time (``RooflineModel._overhead``): an overlap the engine achieves shows
-up as a smaller fitted cost, not as ``max(GPU, host)``.
+them to the step's GPU time (``RooflineModel._overhead``), less what an overlap hides
+(``Efficiency.host_overlap``, ``perf/overlap.py``): SGLang's overlap scheduler and vLLM's
+``--async-scheduling`` set it (``plan/served.py``).
 """
 
 from __future__ import annotations
