@@ -79,11 +79,11 @@ VLLM_HOSTS = [(1 * MS, 5 * US), (1 * MS, 20 * US), (3 * MS, 5 * US), (3 * MS, 20
 # at most ~8 ms of serial work a request), 0-75 us an output token as above.
 SGLANG_REQUESTS = [0.0, 3 * MS, 6 * MS, 9 * MS]
 SGLANG_TOKENS = [0.0, 25 * US, 50 * US, 75 * US]
-# Kernel classes that share one factor. SGLang's fp8 class is one configuration
-# (Qwen3-14B-FP8), so the fold that holds it out cannot identify its factor (it fell back to
-# 1: 40.8 % cross-validated on main 9780331 where the in-sample fit was 28.7 %); the FP8, MXFP4
-# and MLA (FP8 MoE) checkpoints all run kernels other than TensorRT-LLM's (block-scaled FP8,
-# dequantising MXFP4 MoE), so one factor for them, identified by seven configurations.
+# Kernel classes that share one factor. SGLang's fp8 class was one configuration
+# (Qwen3-14B-FP8; three with main's GLM-4.6-FP8 runs), so the fold that held it out could not
+# identify its factor (it fell back to 1: 40.8 % cross-validated on main 9780331 where the
+# in-sample fit was 28.7 %); the FP8, MXFP4 and MLA (FP8 MoE) checkpoints all run kernels other
+# than TensorRT-LLM's (block-scaled FP8, dequantising MXFP4 MoE), so one factor for them.
 TIED = {"sglang": ("fp8", "mxfp4", "mla")}
 FRONTEND_DATA = Path("src/inferplan/engine/data/frontend.yaml")
 HOST_DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
