@@ -158,6 +158,30 @@ def test_trtllm_does_not_chunk_a_prompt() -> None:
     assert len(trt.running) == 0 and _waiting_ids(trt) == [0]
 
 
+def test_trtllm_chunked_context_splits_a_prompt_over_the_budget() -> None:
+    """With chunked context (``enable_chunked_prefill``) the same 100-token prompt runs 64
+    tokens now and 36 next step, and admission still reserves its whole prompt + output: with
+    7 blocks (100 + 4 tokens need 7) it is admitted, with 6 it waits although its first chunk
+    (4 blocks) would fit."""
+    trt = _scheduler("trtllm_chunked", 7, [100], [4], [], waiting=[0], budget=64)
+    assert trt.schedule(0.0).sched.tolist() == [64]
+    assert trt.running.ids.tolist() == [0]
+    short = _scheduler("trtllm_chunked", 6, [100], [4], [], waiting=[0], budget=64)
+    assert short.schedule(0.0).sched.tolist() == []
+    assert _waiting_ids(short) == [0]
+
+
+def test_trtllm_chunked_context_gives_the_leftover_budget_first_come_first_served() -> None:
+    """A decoding request takes 1 token of the 64; the first waiting prompt (100 tokens) takes
+    the other 63 and the second (16) gets none this step: first come first served, not the
+    shortest first."""
+    trt = _scheduler(
+        "trtllm_chunked", 30, [16, 100, 16], [8, 4, 4], [(0, 17, 2)], waiting=[1, 2], budget=64
+    )
+    assert trt.schedule(0.0).sched.tolist() == [1, 63]
+    assert _waiting_ids(trt) == [2]
+
+
 # ---- static batching (``StaticScheduler``) -------------------------------------------------
 
 

@@ -23,6 +23,8 @@ could join the batch before the next event.
   ``microBatchScheduler.cpp``): admits in arrival order only if the whole prompt + output fits
   beside what every running request still needs; no chunked context, so a prompt is scheduled
   whole or waits for a step with enough budget. Contexts and generations share a step.
+  ``TrtllmChunkedScheduler``: the same admission with chunked context (first come first served
+  chunks of the leftover budget), TensorRT-LLM's ``enable_chunked_prefill``.
 - ``PrefillFirstScheduler``: vLLM V0 without chunked prefill: when the queue head's whole prompt
   fits the budget, ``max_num_seqs`` and the pool, a step runs only new prompts (as many as fit)
   and running requests wait; otherwise every running request decodes. With
@@ -485,10 +487,22 @@ class TrtllmScheduler(_ReservingScheduler):
     vector_step = False
 
 
+class TrtllmChunkedScheduler(_ReservingScheduler):
+    """TensorRT-LLM GUARANTEED_NO_EVICT with chunked context (``enable_chunked_prefill``, off
+    by default in the LLM API and ``trtllm-serve``): admission still reserves prompt + output,
+    and the contexts share the step's leftover ``max_num_tokens`` first come first served
+    (``microBatchScheduler.cpp``, ``ContextChunkingPolicy.FIRST_COME_FIRST_SERVED``), so a
+    prompt longer than the budget runs over several steps. TensorRT-LLM rounds a non-final
+    chunk down to a multiple of ``tokens_per_block``; that rounding is not emulated."""
+
+    vector_step = False
+
+
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "continuous": Scheduler,
     "static": StaticScheduler,
     "trtllm": TrtllmScheduler,
+    "trtllm_chunked": TrtllmChunkedScheduler,
 }
 
 # vLLM V0's and SGLang's schedulers live in their own files and subclass ``Scheduler`` above;

@@ -47,6 +47,9 @@ class ServingOptions:
     kv_eviction_cap_bytes_s: float | None = None
     # SGLang's ``--schedule-conservativeness`` (its new-token ratio's scale); None: 1.
     schedule_conservativeness: float | None = None
+    # TensorRT-LLM's ``enable_chunked_prefill`` (off by default in its LLM API and
+    # ``trtllm-serve``): contexts chunked first come first served (``TrtllmChunkedScheduler``).
+    trtllm_chunked_prefill: bool = False
 
     @property
     def prefix_caching(self) -> bool:
@@ -87,6 +90,11 @@ class ServingOptions:
             raise InferplanError(
                 "--preemption-mode swap: only vLLM V0 swaps (--scheduler prefill-first); vLLM v1 "
                 "preempts by recompute, TensorRT-LLM and static batching never preempt"
+            )
+        if self.trtllm_chunked_prefill and self.engine != "trtllm":
+            raise InferplanError(
+                f"--engine {self.engine}: TensorRT-LLM's chunked context applies to "
+                "--engine trtllm only"
             )
         if self.num_scheduler_steps < 1:
             raise InferplanError(
@@ -154,6 +162,8 @@ def offload_config(plan: MemoryPlan, options: ServingOptions, block_bytes: float
 
 def _replica_scheduler(options: ServingOptions) -> str:
     if options.scheduler == "continuous":
+        if options.engine == "trtllm" and options.trtllm_chunked_prefill:
+            return "trtllm_chunked"
         return ENGINE_SCHEDULERS[options.engine]
     return options.scheduler.replace("-", "_")
 
