@@ -60,6 +60,12 @@ from inferplan.plan.served import (
     with_overlap_schedule,
 )
 from inferplan.plan.trtllm_bench import trtllm_bench_limits
+from inferplan.plan.trtllm_serve import (
+    chunked_prefill,
+    is_trtllm_serve,
+    serve_efficiency,
+    with_overlap_scheduler,
+)
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     engine_defaults,
@@ -302,6 +308,8 @@ def run_step_model(
         eff = with_async_scheduling(eff, engine)
     disabled = first.settings.get("disable_overlap_schedule") == "true"
     eff = with_overlap_schedule(eff, engine, disabled)  # SGLang's default, on fitted ones too
+    if is_trtllm_serve(first):  # its own host costs, behind the overlap scheduler
+        eff = with_overlap_scheduler(eff) if efficiency else serve_efficiency(eff, plan)
     step = build_step_model(plan, efficiency=eff)
     if isinstance(step, RooflineModel) and not setup.closed_form:
         step.graphs = served_graphs(plan, engine, version)
@@ -325,6 +333,7 @@ def simulate_run(
         engine=setup.engine,
         max_concurrency=first.max_concurrency,
         data_parallel_size=setup.par.num_replicas,
+        trtllm_chunked_prefill=chunked_prefill(first),
     )
     fe = frontend if frontend is not None else row_frontend(first)
     return simulate_tokenized(plan, step, run_workload(first, quick), options, fe)
