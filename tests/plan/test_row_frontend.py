@@ -12,7 +12,8 @@ def test_triton_rows_tokenize_before_the_engine_and_bench_rows_have_no_front_end
     triton = next(r for r in rows if r.settings.get("frontend", "").startswith("Triton"))
     fe = row_frontend(triton)
     assert 0 < fe.per_request_s <= 0.010  # the fit's bound: 10 ms per request
-    assert fe.per_token_s == 0.0  # streamed by Triton's C++ server, not an HTTP front end
+    # each streamed token passes Triton's Python ``postprocessing`` model (fit's bound 100 us)
+    assert 0 < fe.per_token_s <= 100e-6
     bench = next(r for r in rows if not r.settings.get("bench") and not r.settings.get("frontend"))
     assert row_frontend(bench) == FrontEnd()
 
