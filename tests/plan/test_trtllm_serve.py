@@ -77,3 +77,21 @@ def test_bad_serve_constants_are_one_error_naming_the_key() -> None:
 def test_chunked_context_is_tensorrt_llm_only() -> None:
     with pytest.raises(InferplanError, match="--engine vllm"):
         ServingOptions(engine="vllm", trtllm_chunked_prefill=True)
+
+
+def test_served_upstream_fp8_checkpoints_keep_their_kv_in_bf16() -> None:
+    """``Qwen/Qwen3-32B-FP8`` under ``trtllm-serve`` declares no ``kv_cache_quant_algo``, so
+    its KV is BF16 (twice the bytes per token); the perf overview's ModelOpt FP8 checkpoints
+    under ``trtllm-bench`` get FP8 KV."""
+    served = memory_plan(run_setup(next(r for r in _runs("096f96"))))
+    assert served.kv_format.name == "bf16"
+    bench = next(
+        r
+        for r in bundled_published()
+        if r.engine == "tensorrt-llm"
+        and r.weights_dtype == "fp8"
+        and not r.kv_cache_dtype
+        and not r.settings.get("bench")
+        and not r.settings.get("frontend")
+    )
+    assert memory_plan(run_setup(bench)).kv_format.name == "fp8"

@@ -126,10 +126,13 @@ def _parallelism(row: PublishedRow) -> Parallelism:
 
 def _kv_dtype(row: PublishedRow) -> str:
     """The row's KV dtype where stated (gpt-oss on Hopper: ``auto``, BF16, as TensorRT-LLM's
-    perf overview configures it), else TensorRT-LLM's ModelOpt default."""
+    perf overview configures it), else TensorRT-LLM's ModelOpt default. ``trtllm-serve`` rows
+    serve the model's own checkpoint (``Qwen/Qwen3-32B-FP8``, ``deepseek-ai/DeepSeek-R1-0528``:
+    block-scaled FP8 weights, no ``kv_cache_quant_algo``), whose KV stays in the model dtype."""
     if row.kv_cache_dtype in ("fp8", "auto"):
         return row.kv_cache_dtype
-    if row.engine == "tensorrt-llm" and row.weights_dtype in ("fp8", "nvfp4"):
+    modelopt = row.engine == "tensorrt-llm" and not is_trtllm_serve(row)
+    if modelopt and row.weights_dtype in ("fp8", "nvfp4"):
         return "fp8"  # ModelOpt checkpoints declare FP8 KV; TensorRT-LLM follows them
     return "auto"
 
