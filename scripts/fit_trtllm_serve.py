@@ -14,9 +14,11 @@ Constants, each on a grid inside its bound:
 - ``eager_layer_overhead_s`` 10-300 us per decoder layer of a step that runs without a CUDA
   graph (every step with a context, decode batches other than ``1..32, 64, 128``): PyTorch
   launching a layer's 10-20 kernels one by one from Python.
-- GEMM compute factors 1, 0.75, 0.55, 0.4, 0.3 for the kernel classes ``fp8`` (block-scaled FP8
-  checkpoints), ``mxfp4`` and ``mla`` (``perf/engine_kernels.py``); ``bf16`` is the reference (1):
-  ``trtllm-bench`` runs the same BF16 kernels.
+- One GEMM compute factor, 1, 0.75, 0.55, 0.4 or 0.3, shared by the kernel classes ``fp8``
+  (block-scaled FP8 checkpoints), ``mxfp4`` and ``mla`` (``perf/engine_kernels.py``); ``bf16``
+  is the reference (1): ``trtllm-bench`` runs the same BF16 kernels. Shared, because ``fp8`` and
+  ``mla`` are one configuration each: a factor per class cannot be cross-validated (the fold
+  that holds its configuration out has no row to fit it on; fitted apart, every class took 0.3).
 
 Loss: mean Huber loss of log errors over the rows (a row with no prediction counts 1). Method:
 coordinate descent over the grids from the release's constants, ``--rounds`` passes. Each run is
@@ -60,6 +62,7 @@ HOST_GRID = {
 }
 FACTOR_GRID = [1.0, 0.75, 0.55, 0.4, 0.3]
 FITTED_KERNELS = ("fp8", "mxfp4", "mla")
+SHARED = "kernels"  # the one factor of FITTED_KERNELS
 DATA = Path("src/inferplan/plan/data/trtllm_serve.yaml")
 Constants = dict[str, float]  # host fields and kernel classes
 
@@ -79,7 +82,7 @@ class Runs:
     def predict(self, key: tuple[object, ...], constants: Constants) -> list[RowResult]:
         kernel = self.kernel[key]
         host = {n: constants[n] for n in HOST_GRID}
-        factor = constants.get(kernel, 1.0)
+        factor = constants[SHARED] if kernel in FITTED_KERNELS else 1.0
         cache_key = (key, *host.values(), factor)
         if cache_key not in self.cache:
             serve = ServeConstants(host, {kernel: factor})
@@ -110,7 +113,7 @@ def loss(results: list[RowResult]) -> float:
 def fit(runs: Runs, cases: set[str], start: Constants, rounds: int) -> Constants:
     """Coordinate descent over the grids; a move is kept only if it lowers the loss."""
     best, best_loss = dict(start), loss(runs.results(cases, start))
-    grids = {**HOST_GRID, **{k: FACTOR_GRID for k in FITTED_KERNELS}}
+    grids = {**HOST_GRID, SHARED: FACTOR_GRID}
     for _ in range(rounds):
         for name, grid in grids.items():
             for value in grid:
@@ -137,12 +140,12 @@ def priors(rows: list[PublishedRow]) -> Constants:
     """Where every fit starts: the PyTorch backend release's host costs, factors 1."""
     release = host_efficiency(efficiency_for(load_gpu(rows[0].gpu)), "trtllm", "1.0")
     start = {n: float(getattr(release, n)) for n in HOST_GRID}
-    return {**start, **{k: 1.0 for k in FITTED_KERNELS}}
+    return {**start, SHARED: 1.0}
 
 
 def write(fitted: Constants) -> None:
     host = {n: float(f"{fitted[n]:.4g}") for n in HOST_GRID}
-    kernels = {k: fitted[k] for k in FITTED_KERNELS if fitted[k] != 1.0}
+    kernels = {k: fitted[SHARED] for k in FITTED_KERNELS if fitted[SHARED] != 1.0}
     header = [line for line in DATA.read_text().splitlines() if line.startswith("#")]
     body = yaml.safe_dump({"host": host, "kernels": kernels}, sort_keys=True)
     DATA.write_text("\n".join(header) + "\n" + body)

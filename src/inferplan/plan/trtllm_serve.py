@@ -32,8 +32,9 @@ gets instead, from TensorRT-LLM's ``tensorrt_llm/commands/serve.py`` ``get_llm_a
   (``Efficiency.host_overlap`` 1, ``perf/overlap.py``): a step takes ``max(GPU, host)``.
 - **Kernels**: the BF16 kernels are ``trtllm-bench``'s; block-scaled FP8 checkpoints (Qwen3
   FP8, DeepSeek-R1), MXFP4 experts on Hopper and MLA run kernels whose speed no Hopper
-  ``trtllm-bench`` row of the bundle measures, so each such class gets a GEMM compute factor in
-  (0, 1] (``perf/engine_kernels.py`` ``scale_kernels``).
+  ``trtllm-bench`` row of the bundle measures on these releases, so those classes get a GEMM
+  compute factor in (0, 1] (``perf/engine_kernels.py`` ``scale_kernels``), one value for the
+  three (the fit script says why).
 
 The host costs (per step, per sequence and step, per layer of an eager step) and the kernel
 factors of the checkpoint formats no ``trtllm-bench`` row covers (``perf/engine_kernels.py``
