@@ -3,12 +3,14 @@ chunked prefill, and accelerators the table names but the catalog leaves out."""
 
 from inferplan.plan.published import bundled_published, skip_reason
 from inferplan.plan.published_runs import run_setup
+from inferplan.plan.trtllm_serve import chunked_prefill
 
 
-def test_trtllm_chunked_prefill_runs_take_prompts_longer_than_the_default_budget() -> None:
+def test_trtllm_chunked_prefill_runs_chunk_prompts_longer_than_the_budget() -> None:
     """GPUStack's trtllm-serve of Qwen3-32B (``enable_chunked_prefill=true``) ran 32,000-token
-    prompts; the scheduler here never chunks, so the budget covers the prompt (else every
-    request is rejected). Runs that do not state chunked prefill keep the default."""
+    prompts with the default 8,192-token budget: they run in chunks
+    (``TrtllmChunkedScheduler``; ``tests/plan/test_trtllm_serve.py`` simulates one), so the budget
+    stays the default. Runs that do not state chunked prefill do not chunk."""
     rows = bundled_published()
     long_prompt = next(
         r
@@ -16,7 +18,8 @@ def test_trtllm_chunked_prefill_runs_take_prompts_longer_than_the_default_budget
         if r.engine == "tensorrt-llm" and r.input_len == 32000 and r.case_id.startswith("gpustack")
     )
     assert long_prompt.settings["enable_chunked_prefill"] == "true"
-    assert run_setup(long_prompt).memory.max_num_batched_tokens >= 32000
+    assert chunked_prefill(long_prompt)
+    assert run_setup(long_prompt).memory.max_num_batched_tokens == 8192
     short = next(
         r
         for r in rows
@@ -31,6 +34,7 @@ def test_trtllm_chunked_prefill_runs_take_prompts_longer_than_the_default_budget
         and "enable_chunked_prefill" not in r.settings
     )
     assert run_setup(unchunked).memory.max_num_batched_tokens == 8192
+    assert not chunked_prefill(unchunked)
 
 
 def test_new_catalog_entries_are_predicted_and_ascend_says_why_not() -> None:

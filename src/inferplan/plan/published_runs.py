@@ -149,15 +149,6 @@ def _quantization(row: PublishedRow, model: str) -> str | None:
     return wanted
 
 
-def _trtllm_token_budget(row: PublishedRow, default: int) -> int:
-    """A served TensorRT-LLM run's ``max_num_tokens``. With ``enable_chunked_prefill`` a prompt
-    longer than it runs in chunks; the TensorRT-LLM scheduler here never chunks (it would reject
-    the prompt), so the budget grows to the longest prompt: the same FLOPs and KV in one step."""
-    if row.settings.get("enable_chunked_prefill", "").lower() != "true":
-        return default
-    return max(default, int(max(row.input_len or 0, row.input_len_mean or 0)))
-
-
 def run_setup(row: PublishedRow) -> RunSetup:
     """The deployment of ``row``'s run (see the module docstring for what is assumed)."""
     model = bundled_model_name(row.model) or row.model
@@ -180,8 +171,6 @@ def run_setup(row: PublishedRow) -> RunSetup:
     if engine == "trtllm":
         fraction = 0.95 if "0.95" in row.settings.get("kv_cache_free_gpu_mem_fraction", "") else 0.9
         memory = replace(memory, kv_cache_free_gpu_mem_fraction=fraction)
-        tokens = _trtllm_token_budget(row, defaults.max_num_batched_tokens)
-        memory = replace(memory, max_num_batched_tokens=tokens)
         if closed_form:
             kv_bytes = 1.0 if kv == "fp8" else 2.0
             batch, tokens = trtllm_bench_limits(row, model, kv_bytes, fraction)
