@@ -385,6 +385,10 @@ class Simulation:
         once (``engine/thrash.py``), up to the replica's next arrival."""
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             return False  # another replica's finish may release a held request
+        waiting = replica.waiting
+        leftover = replica.cfg.max_num_batched_tokens - len(replica.running)
+        if not len(waiting) or waiting.peek()[1] <= leftover:
+            return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
         return doomed_cycles(replica, next_arrival_s)
