@@ -293,7 +293,7 @@ def test_queued_series_spanning_many_bins() -> None:
     binning every term."""
     histogram, terms, weights = ItlHistogram(), [], []
     rng = np.random.default_rng(3)
-    for _ in range(1100):
+    for _ in range(300):
         first_s, step_s = float(rng.uniform(0.005, 0.05)), float(rng.uniform(1e-7, 4e-6))
         num_steps, weight = int(rng.integers(1, 400)), float(rng.integers(1, 300))
         histogram.add_arithmetic(first_s, step_s, num_steps, weight)

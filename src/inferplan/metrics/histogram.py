@@ -106,8 +106,8 @@ def _count_below(
 
 
 SCALAR_EDGES = 16  # below this many edges crossed, plain Python beats the vector path
-QUEUED_SERIES = 1024  # crossing series queued before their bins are counted together
-QUEUED_UPDATES = 4096  # moment updates queued before they are applied
+QUEUED_SERIES = 256  # crossing series queued before their bins are counted together
+QUEUED_UPDATES = 256  # moment updates queued before they are applied
 
 
 def _count_below_few(
