@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from inferplan.engine.replica import _step_shape
+from inferplan.engine.replica import Replica, _step_shape
 from inferplan.engine.running import RunningSet
 from inferplan.engine.simulator import Simulation, SimulationResult
 
@@ -152,3 +152,45 @@ def test_step_shape_of_one_admitted_row_matches_the_general_sums() -> None:
     assert _step_shape(3, 40, [1], [0]) == (1, 1.0, 0, 1, 3, 40)
     # Two rows: the general path sums the singles' prefill fields and adds the decodes.
     assert _step_shape(3, 40, [512, 1], [0, 64]) == (512, 512 * 513 / 2, 0, 1, 4, 105)
+
+
+def _run_without_check(case: Case, *, fuse: bool) -> tuple[SimulationResult, int, list[int]]:
+    """A fast-mode run as the CLI runs it (no per-advance ``check``): fused advances then
+    collect finishes themselves. Also how many finishes were collected inside ``_advance``,
+    and the progress reports."""
+    plan, model = _plan_and_model()
+    wl = _workload(case)
+    sim = Simulation(wl, _config(case, wl, plan, exact=False), model)
+    sim._fuse_advances = sim._fuse_advances and fuse
+    advance, inside = sim._advance, 0
+    progress: list[int] = []
+
+    def counting_advance(replica: Replica, next_arrival_s: float) -> None:
+        nonlocal inside
+        before = sim.num_done
+        advance(replica, next_arrival_s)
+        inside += sim.num_done - before
+
+    sim._advance = counting_advance  # type: ignore[method-assign]
+    return sim.run(on_progress=progress.append), inside, progress
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_fused_advances_collecting_finishes_give_the_same_run(case: Case) -> None:
+    """Without a per-advance check, a fused advance collects finishes and goes on while the
+    loop would pick its replica again: the same run bit for bit, every request reported."""
+    fused, _, fused_progress = _run_without_check(case, fuse=True)
+    unfused, inside, unfused_progress = _run_without_check(case, fuse=False)
+    _assert_identical(fused, unfused)
+    assert inside == 0
+    assert sum(fused_progress) == sum(unfused_progress) == case.num_requests
+
+
+def test_fused_advances_collect_finishes_near_capacity() -> None:
+    """Below capacity most finishes are collected inside an advance, which then goes on."""
+    case = Case(**{**BASE.__dict__, "spare_blocks": None, "request_rate": 2.0})
+    fused, inside, _ = _run_without_check(case, fuse=True)
+    unfused, _, _ = _run_without_check(case, fuse=False)
+    _assert_identical(fused, unfused)
+    assert inside > case.num_requests // 2

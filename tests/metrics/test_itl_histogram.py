@@ -255,3 +255,50 @@ def test_weighted_add_many_equals_adds(durations: list[float], weight: float) ->
     assert batched.mean() == pytest.approx(one_by_one.mean(), rel=1e-12)
     assert batched.std() == pytest.approx(one_by_one.std(), rel=1e-6, abs=1e-12)
     assert (batched.min_s, batched.max_s) == (one_by_one.min_s, one_by_one.max_s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    series=st.lists(
+        st.tuples(
+            first_values,
+            st.one_of(st.floats(1e-7, 1e-2), st.floats(1e-18, 1e-12)),
+            st.integers(1, 300),
+            st.integers(1, 9),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    fraction_at=st.integers(0, 12),
+)
+def test_queued_series_count_as_one_by_one(
+    series: list[tuple[float, float, int, int]], fraction_at: int
+) -> None:
+    """Crossing series queued and binned together (``metrics/series_bins.py``) give the counts
+    of adding every term, also when a fractional weight arrives part way (queueing stops)."""
+    queued, exact = ItlHistogram(), ItlHistogram()
+    for index, (first_s, step_s, num_steps, weight) in enumerate(series):
+        if index == fraction_at:
+            queued.add(0.02, 0.25)
+            exact.add(0.02, 0.25)
+        queued.add_arithmetic(first_s, step_s, num_steps, float(weight))
+        for i in range(num_steps):
+            exact.add(first_s + i * step_s, float(weight))
+    np.testing.assert_array_equal(queued.counts, exact.counts)
+    assert queued.total_weight == exact.total_weight
+
+
+def test_queued_series_spanning_many_bins() -> None:
+    """Long stretches (hundreds of edges each), queued past the queue's size: the counts equal
+    binning every term."""
+    histogram, terms, weights = ItlHistogram(), [], []
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        first_s, step_s = float(rng.uniform(0.005, 0.05)), float(rng.uniform(1e-7, 4e-6))
+        num_steps, weight = int(rng.integers(1, 400)), float(rng.integers(1, 300))
+        histogram.add_arithmetic(first_s, step_s, num_steps, weight)
+        terms.append(first_s + np.arange(num_steps, dtype=np.float64) * step_s)
+        weights.append(np.full(num_steps, weight))
+    bins = np.searchsorted(bin_grid().edges, np.concatenate(terms), side="right")
+    expected = np.bincount(bins, np.concatenate(weights), minlength=len(histogram.counts))
+    np.testing.assert_array_equal(histogram.counts, expected)

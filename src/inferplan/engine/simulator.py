@@ -130,6 +130,9 @@ class Simulation:
         self._routed_at_arrival: list[bool] = self._is_routed_at_arrival().tolist()
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
+        self._chains = self._chains_apply()
+        # Set by ``run``: how a fused advance reports the finishes it collects (``_advance``).
+        self._collects_finishes: Callable[[int], None] | None = None
 
     def _check_config(self, cfg: SimulationConfig) -> None:
         if cfg.router not in ROUTERS:
@@ -295,13 +298,18 @@ class Simulation:
 
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
         """``_advance_once``; with one replica in fast mode, again while the loop would pick
-        this replica next anyway (no finish to collect, the next arrival not yet due): the
-        same steps, without a pass through the loop per step (``_fuses_advances``)."""
+        this replica next anyway (the next arrival not yet due): the same steps, without a
+        pass through the loop per step (``_fuses_advances``). Finishes are collected here as
+        the loop collects them, where nothing else in the loop reads them (``run``)."""
         while True:
             steps, now = replica.num_steps, replica.now
             self._advance_once(replica, next_arrival_s)
-            if not self._fuse_advances or replica.on_finish or not replica.has_work:
+            if not self._fuse_advances or not replica.has_work:
                 return
+            if replica.on_finish:
+                if self._collects_finishes is None:
+                    return
+                self._collects_finishes(self._collect(replica))
             if replica.num_steps == steps and replica.now == now:
                 return  # no progress: the loop says why (``_stuck``)
             if next_arrival_s <= replica.now + same_time_s(replica.now):
@@ -335,13 +343,7 @@ class Simulation:
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
-        # The vector preemption step pops last-admitted victims; vLLM's priority policy picks
-        # its own (``Scheduler.victim_row``), so those steps go through the general path.
-        chain = self.cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
-        chain = chain and offload is None
-        # Admission policies and SPF aging: their scheduler pass and timers, step by step.
-        adm = self.cfg.admission
-        chain = chain and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
+        chain = self._chains and offload is None
         # The queue's own timer (SPF aging) ends a stretch as an arrival does.
         next_arrival_s = min(next_arrival_s, replica.waiting.next_deadline_s())
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
@@ -368,11 +370,25 @@ class Simulation:
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
 
+    def _chains_apply(self) -> bool:
+        """Whether stretches and preemption steps may run as chains (``engine/chain.py``; a
+        replica with KV tiers runs them stepwise): the vector preemption step pops
+        last-admitted victims, and vLLM's priority policy picks its own
+        (``Scheduler.victim_row``); admission policies and SPF aging run their scheduler pass
+        and timers step by step."""
+        cfg, adm = self.cfg, self.cfg.admission
+        pops_last = cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
+        return pops_last and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
+
     def _doomed_cycles(self, replica: Replica, next_arrival_s: float) -> bool:
         """Fast mode: a full pool's doomed re-admissions of a long queue head, whole cycles at
         once (``engine/thrash.py``), up to the replica's next arrival."""
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             return False  # another replica's finish may release a held request
+        waiting = replica.waiting
+        leftover = replica.cfg.max_num_batched_tokens - len(replica.running)
+        if not len(waiting) or waiting.peek()[1] <= leftover:
+            return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
         return doomed_cycles(replica, next_arrival_s)
@@ -407,6 +423,17 @@ class Simulation:
     ) -> SimulationResult:
         for queued in self.replicas:  # a caller may have queued requests by hand
             self._note_clock(queued)
+        # A fused advance may collect finishes itself where the loop would only collect them
+        # and move on: no client concurrency limit (its next send waits for finishes) and no
+        # per-advance ``check``.
+        self._collects_finishes = None
+        if self.cfg.max_concurrency is None and check is None:
+
+            def collected(done: int) -> None:
+                if on_progress and done:
+                    on_progress(done)
+
+            self._collects_finishes = collected
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()

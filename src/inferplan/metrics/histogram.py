@@ -37,6 +37,9 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
+from inferplan.metrics.series_bins import Series, add_series_counts, is_integral
+
 LOW_S = 1e-6
 HIGH_S = 1e4
 BINS_PER_DECADE = 1200
@@ -103,6 +106,8 @@ def _count_below(
 
 
 SCALAR_EDGES = 16  # below this many edges crossed, plain Python beats the vector path
+QUEUED_SERIES = 256  # crossing series queued before their bins are counted together
+QUEUED_UPDATES = 256  # moment updates queued before they are applied
 
 
 def _count_below_few(
@@ -148,14 +153,51 @@ class ItlHistogram:
 
     def __init__(self, grid: BinGrid | None = None) -> None:
         self.grid = grid if grid is not None else bin_grid()
-        self.counts = np.zeros(self.grid.num_bins, dtype=np.float64)
-        self.total_weight = 0.0
-        self._sum_s = 0.0  # Neumaier-compensated weighted sum: _sum_s + _sum_error_s
-        self._sum_error_s = 0.0
-        self._mean_s = 0.0  # Welford running mean, used only to update _m2_s2
-        self._m2_s2 = 0.0  # sum of weight * (d - mean)^2
-        self.min_s = math.inf
-        self.max_s = -math.inf
+        self._counts = np.zeros(self.grid.num_bins, dtype=np.float64)
+        # Series whose bins are not counted yet (``metrics/series_bins.py``), queued while every
+        # weight so far is an integer: the counts are then integer sums, exact in any order.
+        self._queued: list[Series] = []
+        self._integral = True
+        # Moment updates not applied yet, in call order (``metrics/moments.py``): applied,
+        # with the same float operations in the same order, before anything reads them.
+        self._updates: list[Update] = []
+        self._moments = Moments()
+
+    @property
+    def counts(self) -> npt.NDArray[np.float64]:
+        """Weight per bin (the queued series' bins counted first)."""
+        self._count_queued()
+        return self._counts
+
+    def _settled(self) -> Moments:
+        """The moments with every queued update applied."""
+        if self._updates:
+            self._moments.apply(self._updates)
+            self._updates.clear()
+        return self._moments
+
+    @property
+    def total_weight(self) -> float:
+        return self._settled().total_weight
+
+    @property
+    def min_s(self) -> float:
+        return self._settled().min_s
+
+    @property
+    def max_s(self) -> float:
+        return self._settled().max_s
+
+    def _count_queued(self) -> None:
+        if self._queued:
+            add_series_counts(self._counts, self.grid.edges, self._queued)
+            self._queued.clear()
+
+    def _note_weight(self, weight: float) -> None:
+        """A fractional weight ends queueing: counts are added in order from here on."""
+        if self._integral and not is_integral(weight):
+            self._count_queued()
+            self._integral = False
 
     # ----- verbs -----------------------------------------------------------------------------
 
@@ -165,21 +207,9 @@ class ItlHistogram:
             raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
         if weight <= 0.0:
             return
-        self.counts[bisect_right(self.grid.edges_list, duration_s)] += weight  # bin_index
-        if duration_s < self.min_s:
-            self.min_s = duration_s
-        if duration_s > self.max_s:
-            self.max_s = duration_s
-        self._add_to_sum(duration_s * weight)
-        # Welford's weighted update; the first sample sets the mean exactly.
-        total = self.total_weight + weight
-        if self.total_weight == 0.0:
-            self._mean_s = duration_s
-        else:
-            delta = duration_s - self._mean_s
-            self._mean_s += delta * (weight / total)
-            self._m2_s2 += weight * delta * (duration_s - self._mean_s)
-        self.total_weight = total
+        self._note_weight(weight)
+        self._counts[bisect_right(self.grid.edges_list, duration_s)] += weight  # bin_index
+        self._queue_update((ONE, duration_s, weight))
 
     def add_arithmetic(
         self, first_s: float, step_s: float, num_steps: int, weight: float = 1.0
@@ -193,11 +223,16 @@ class ItlHistogram:
         last_s = first_s + (num_steps - 1) * step_s
         if not (first_s >= 0.0 and last_s >= 0.0):
             raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
+        self._note_weight(weight)
         edges = self.grid.edges_list
         first_bin = bisect_right(edges, first_s)  # bin_index, inline (called every stretch)
         last_bin = bisect_right(edges, last_s)
         if first_bin == last_bin:
-            self.counts[first_bin] += num_steps * weight
+            self._counts[first_bin] += num_steps * weight
+        elif self._integral and step_s > 0.0:  # counted with others (``counts``)
+            self._queued.append((first_s, step_s, num_steps, weight, first_bin, last_bin))
+            if len(self._queued) >= QUEUED_SERIES:
+                self._count_queued()
         else:
             low, high = min(first_bin, last_bin), max(first_bin, last_bin)
             if high - low <= SCALAR_EDGES:
@@ -205,20 +240,13 @@ class ItlHistogram:
                 for offset, count in enumerate(
                     [*_count_below_few(edges[low:high], first_s, step_s, num_steps), num_steps]
                 ):
-                    self.counts[low + offset] += (count - previous) * weight
+                    self._counts[low + offset] += (count - previous) * weight
                     previous = count
             else:
                 below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
                 bounds = np.concatenate(([0], below, [num_steps]))
-                self.counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
-        self.min_s = min(self.min_s, first_s, last_s)
-        self.max_s = max(self.max_s, first_s, last_s)
-        # Mean and squared deviations of an arithmetic series, in closed form (both non-negative).
-        n = float(num_steps)
-        series_mean_s = first_s + step_s * (n - 1.0) / 2.0
-        series_m2_s2 = weight * step_s * step_s * n * (n * n - 1.0) / 12.0
-        self._add_to_sum(series_mean_s * (n * weight))
-        self._combine(n * weight, series_mean_s, series_m2_s2)
+                self._counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
+        self._queue_update((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
 
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
@@ -228,14 +256,28 @@ class ItlHistogram:
             return
         if not np.all(values >= 0.0):
             raise ValueError("ITL durations must be >= 0")
+        self._note_weight(weight)
         bins = np.searchsorted(self.grid.edges, values, side="right")
-        self.counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
-        self.min_s = min(self.min_s, float(values.min()))
-        self.max_s = max(self.max_s, float(values.max()))
-        self._add_to_sum(math.fsum(values.tolist()) * weight)
+        self._counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
         mean_s = float(values.mean())
         m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
-        self._combine(float(values.size) * weight, mean_s, m2_s2)
+        self._queue_update(
+            (
+                MANY,
+                float(values.min()),
+                float(values.max()),
+                math.fsum(values.tolist()) * weight,
+                float(values.size) * weight,
+                mean_s,
+                m2_s2,
+            )
+        )
+
+    def _queue_update(self, update: Update) -> None:
+        updates = self._updates
+        updates.append(update)
+        if len(updates) >= QUEUED_UPDATES:
+            self._settled()
 
     def merge(self, other: ItlHistogram) -> None:
         """Fold ``other`` into this histogram (e.g. per-replica histograms into a cluster one)."""
@@ -243,39 +285,17 @@ class ItlHistogram:
             raise ValueError("cannot merge ITL histograms with different bin grids")
         if other.total_weight == 0.0:
             return
-        self.counts += other.counts
-        self.min_s = min(self.min_s, other.min_s)
-        self.max_s = max(self.max_s, other.max_s)
-        self._add_to_sum(other._sum_s)
-        self._add_to_sum(other._sum_error_s)
-        self._combine(other.total_weight, other._mean_s, other._m2_s2)
-
-    def _add_to_sum(self, value_s: float) -> None:
-        """Neumaier's compensated summation, so the mean stays exact to ~1 ulp however long."""
-        total_s = self._sum_s + value_s
-        if abs(self._sum_s) >= abs(value_s):
-            self._sum_error_s += (self._sum_s - total_s) + value_s
-        else:
-            self._sum_error_s += (value_s - total_s) + self._sum_s
-        self._sum_s = total_s
-
-    def _combine(self, weight: float, mean_s: float, m2_s2: float) -> None:
-        """Chan, Golub and LeVeque's parallel update of (weight, running mean, M2)."""
-        if self.total_weight == 0.0:
-            self.total_weight, self._mean_s, self._m2_s2 = weight, mean_s, m2_s2
-            return
-        total = self.total_weight + weight
-        delta = mean_s - self._mean_s
-        self._mean_s += delta * (weight / total)
-        self._m2_s2 += m2_s2 + delta * delta * self.total_weight * weight / total
-        self.total_weight = total
+        if not other._integral:  # its counts may be fractional: add in order from here on
+            self._note_weight(math.nan)
+        self._counts += other.counts
+        self._settled().merge(other._settled())
 
     # ----- readings --------------------------------------------------------------------------
 
     @property
     def sum_s(self) -> float:
         """Weighted sum of all durations."""
-        return self._sum_s + self._sum_error_s
+        return self._settled().sum_s
 
     def mean(self) -> float:
         """Exact weighted mean (``nan`` when empty)."""
@@ -283,9 +303,10 @@ class ItlHistogram:
 
     def std(self) -> float:
         """Exact weighted population standard deviation, like ``np.std`` (``nan`` when empty)."""
-        if self.total_weight <= 0.0:
+        moments = self._settled()
+        if moments.total_weight <= 0.0:
             return math.nan
-        return math.sqrt(max(self._m2_s2, 0.0) / self.total_weight)
+        return math.sqrt(max(moments.m2_s2, 0.0) / moments.total_weight)
 
     def quantile(self, q: float) -> float:
         """The ``q``-quantile (0 <= q <= 1) with ``np.percentile``'s linear interpolation.

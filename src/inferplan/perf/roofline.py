@@ -75,6 +75,7 @@ class RooflineModel:
         self.routing = routing or default_routing(eff.routing_skew)
         self.topology = topology or topology_for(gpu)
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
+        self._gemm_ops: dict[tuple[str, float, float, int, int, bool], Op] = {}
         self.cuda_graphs = cuda_graphs
         # An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
         # eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding.
@@ -207,9 +208,13 @@ class RooflineModel:
         count: int,
         per_stage: bool = True,
     ) -> Op:
+        key = (name, params, rows, id(fmt), count, per_stage)  # a step plan's compile asks
+        cached = self._gemm_ops.get(key)  # for the same rows often (``perf/step_seconds.py``)
+        if cached is not None:
+            return cached
         hidden = self.spec.hidden_size
         act = rows * ACT_BYTES * (hidden + params / hidden)
-        return Op(
+        op = Op(
             name,
             2 * rows * params,
             0.0,
@@ -220,6 +225,10 @@ class RooflineModel:
             count,
             per_stage,
         )
+        if len(self._gemm_ops) >= LINE_CACHE_SIZE:
+            self._gemm_ops.clear()
+        self._gemm_ops[key] = op
+        return op
 
     def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
         """One device's operators. With DP attention (vLLM DP + EP) each of the ``dpa`` ranks
