@@ -35,8 +35,13 @@ from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
-from inferplan.plan.calibration import huber
-from inferplan.plan.folds import error_rows, grouped_folds
+from inferplan.plan.folds import (
+    error_rows,
+    grouped_folds,
+    log_huber_loss,
+    metric_key,
+    relative_errors,
+)
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     burst_reason,
@@ -149,7 +154,7 @@ def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[
             for fe in frontends(stage):
                 if result is None:
                     cell = table.setdefault((host, factor, fe), {})
-                    cell.update({row_key(row): None for row in run})
+                    cell.update({metric_key(row): None for row in run})
                     continue
                 cell = table.setdefault((host, factor, fe), {})
                 try:
@@ -157,7 +162,7 @@ def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[
                 except InferplanError:  # nothing completed: missing, as validate reports it
                     values = {row.metric: None for row in run}
                 for row in run:
-                    cell[row_key(row)] = values[row.metric]
+                    cell[metric_key(row)] = values[row.metric]
         print(f"  {run[0].case_id} {run_class(run)}: done", file=sys.stderr, flush=True)
     return out
 
@@ -201,7 +206,7 @@ def fit(rows: list[PublishedRow], by_class: dict[str, Table]) -> Fit:
 
 def covers(rows: list[PublishedRow], values: Values) -> bool:
     """Whether any latency row of ``rows`` is predicted in ``values``."""
-    return any(r.family == "latency" and row_key(r) in values for r in rows)
+    return any(r.family == "latency" and metric_key(r) in values for r in rows)
 
 
 def run_grid(table: Table) -> list[float]:
@@ -220,27 +225,11 @@ def predicted(by_class: dict[str, Table], point: Fit) -> Values:
     return out
 
 
-def row_key(row: PublishedRow) -> tuple[str, str]:
-    return (str(row.run_key), row.metric)
-
-
-def errors(
-    rows: list[PublishedRow], predicted: dict[tuple[str, str], float | None]
-) -> list[tuple[PublishedRow, float]]:
-    out = []
-    for row in rows:
-        value = predicted.get(row_key(row))
-        if value is not None:
-            out.append((row, (value - row.value) / row.value))
-    return out
-
-
 def loss(rows: list[PublishedRow], predicted: dict[tuple[str, str], float | None]) -> float:
     """Summed Huber loss of log errors over the latency rows ``predicted`` covers (summed, so
     that the classes' losses add up)."""
-    latency = [r for r in rows if r.family == "latency" and row_key(r) in predicted]
-    terms = [huber(math.log(max(1.0 + e, 1e-6))) for _, e in errors(latency, predicted)]
-    return sum(terms) + (len(latency) - len(terms))
+    latency = [r for r in rows if r.family == "latency" and metric_key(r) in predicted]
+    return log_huber_loss(latency, predicted)
 
 
 def cross_validate(
@@ -251,7 +240,7 @@ def cross_validate(
     for train, held in grouped_folds(rows, k):
         point = fit(train, by_class)
         chosen.append(point)
-        out.extend(errors(held, predicted(by_class, point)))
+        out.extend(relative_errors(held, predicted(by_class, point)))
     return out, chosen
 
 
@@ -353,13 +342,13 @@ def main(argv: list[str]) -> int:
         start = Fit(
             None if name == "trtllm-serve" else HOSTS[0], FrontEnd(), {k: 1.0 for k in by_class}
         )
-        before = errors(rows, predicted(by_class, start))
+        before = relative_errors(rows, predicted(by_class, start))
         if before:  # vLLM v1's grid no longer holds the constants it started from
             print(report("before (main's constants)", before) + "\n")
         by_class = tie_classes(by_class, TIED.get(name, ()))
         fitted[name] = fit(rows, by_class)
         print(f"fitted: {describe(fitted[name])}\n")
-        print(report("in-sample", errors(rows, predicted(by_class, fitted[name]))) + "\n")
+        print(report("in-sample", relative_errors(rows, predicted(by_class, fitted[name]))) + "\n")
         cv, chosen = cross_validate(rows, by_class, args.folds)
         for i, point in enumerate(chosen):
             print(f"  fold {i + 1}: {describe(point)}")

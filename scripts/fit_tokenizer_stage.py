@@ -24,7 +24,6 @@ order. Run from the repository root (``--write`` stores the in-sample fit in
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -32,8 +31,7 @@ from pathlib import Path
 import yaml
 
 from inferplan.errors import InferplanError
-from inferplan.plan.calibration import huber
-from inferplan.plan.folds import error_rows
+from inferplan.plan.folds import error_rows, log_huber_loss, metric_key, relative_errors
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     burst_reason,
@@ -64,10 +62,6 @@ def class_rows(name: str) -> list[PublishedRow]:
     return [r for r in rows if class_of(r) == name and r.family == "latency"]
 
 
-def row_key(row: PublishedRow) -> tuple[str, str]:
-    return (str(row.run_key), row.metric)
-
-
 def simulate_grid(rows: list[PublishedRow]) -> dict[float, Values]:
     """{per-request cost: predicted value of every row}."""
     out: dict[float, Values] = {v: {} for v in GRID}
@@ -79,23 +73,13 @@ def simulate_grid(rows: list[PublishedRow]) -> dict[float, Values]:
                 values = metric_values(run, served_summary(result, fe))
             except InferplanError:
                 values = {row.metric: None for row in run}
-            out[value].update({row_key(row): values[row.metric] for row in run})
+            out[value].update({metric_key(row): values[row.metric] for row in run})
         print(f"  {run[0].case_id}: done", file=sys.stderr, flush=True)
     return out
 
 
-def errors(rows: list[PublishedRow], values: Values) -> list[tuple[PublishedRow, float]]:
-    pairs = [(r, values.get(row_key(r))) for r in rows]
-    return [(r, (v - r.value) / r.value) for r, v in pairs if v is not None]
-
-
-def loss(rows: list[PublishedRow], values: Values) -> float:
-    errs = errors(rows, values)
-    return sum(huber(math.log(max(1.0 + e, 1e-6))) for _, e in errs) + len(rows) - len(errs)
-
-
 def best(rows: list[PublishedRow], table: dict[float, Values]) -> float:
-    return min(GRID, key=lambda v: (loss(rows, table[v]), v))
+    return min(GRID, key=lambda v: (log_huber_loss(rows, table[v]), v))
 
 
 def cross_validate(
@@ -107,7 +91,7 @@ def cross_validate(
         held = set(cases[i::k])
         value = best([r for r in rows if r.case_id not in held], table)
         chosen.append(value)
-        out.extend(errors([r for r in rows if r.case_id in held], table[value]))
+        out.extend(relative_errors([r for r in rows if r.case_id in held], table[value]))
     return out, chosen
 
 
@@ -141,10 +125,10 @@ def main(argv: list[str]) -> int:
         print(f"## {name}: {len(rows)} latency rows", flush=True)
         table = simulate_grid(rows)
         for value in GRID:
-            print(f"per_request {value / MS:g} ms: loss {loss(rows, table[value]):.2f}")
+            print(f"per_request {value / MS:g} ms: loss {log_huber_loss(rows, table[value]):.2f}")
         fitted[name] = best(rows, table)
         print(f"\nfitted: per_request {fitted[name] / MS:g} ms\n")
-        print(report("in-sample", errors(rows, table[fitted[name]])) + "\n")
+        print(report("in-sample", relative_errors(rows, table[fitted[name]])) + "\n")
         cv, chosen = cross_validate(rows, table, args.folds)
         print("folds: " + ", ".join(f"{v / MS:g} ms" for v in chosen) + "\n")
         print(report("cross-validated", cv) + "\n", flush=True)

@@ -23,7 +23,6 @@ root (``--write`` stores the in-sample fit in ``engine/data/frontend.yaml``):
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -31,8 +30,13 @@ from pathlib import Path
 import yaml
 
 from inferplan.errors import InferplanError
-from inferplan.plan.calibration import huber
-from inferplan.plan.folds import error_rows, grouped_folds
+from inferplan.plan.folds import (
+    error_rows,
+    grouped_folds,
+    log_huber_loss,
+    metric_key,
+    relative_errors,
+)
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     group_runs,
@@ -55,10 +59,6 @@ def triton_rows() -> list[PublishedRow]:
     return [r for r in rows if r.settings.get("frontend", "").startswith("Triton")]
 
 
-def row_key(row: PublishedRow) -> tuple[str, str]:
-    return (str(row.run_key), row.metric)
-
-
 def simulate_grid(rows: list[PublishedRow]) -> dict[Point, Values]:
     """{(per-request, per-token cost): predicted value of every row}."""
     out: dict[Point, Values] = {(r, t): {} for r in REQUEST_GRID for t in TOKEN_GRID}
@@ -74,20 +74,13 @@ def simulate_grid(rows: list[PublishedRow]) -> dict[Point, Values]:
                 if result is not None:
                     served = replace(fe, per_token_s=token_s)
                     values = metric_values(run, served_summary(result, served))
-                out[(request_s, token_s)].update({row_key(r): values[r.metric] for r in run})
+                out[(request_s, token_s)].update({metric_key(r): values[r.metric] for r in run})
         print(f"  {run[0].case_id} {run[0].request_rate:g}: done", file=sys.stderr, flush=True)
     return out
 
 
-def errors(rows: list[PublishedRow], values: Values) -> list[tuple[PublishedRow, float]]:
-    pairs = [(r, values.get(row_key(r))) for r in rows]
-    return [(r, (v - r.value) / r.value) for r, v in pairs if v is not None]
-
-
 def loss(rows: list[PublishedRow], values: Values) -> float:
-    errs = errors(rows, values)
-    total = sum(huber(math.log(max(1.0 + e, 1e-6))) for _, e in errs) + len(rows) - len(errs)
-    return total / max(len(rows), 1)
+    return log_huber_loss(rows, values) / max(len(rows), 1)
 
 
 def best(rows: list[PublishedRow], table: dict[Point, Values]) -> Point:
@@ -130,15 +123,15 @@ def main(argv: list[str]) -> int:
     now = min(
         table, key=lambda p: abs(p[0] - committed.per_request_s) + abs(p[1] - committed.per_token_s)
     )
-    print(report(f"committed ({describe(now)})", errors(rows, table[now])) + "\n")
+    print(report(f"committed ({describe(now)})", relative_errors(rows, table[now])) + "\n")
     fitted = best(rows, table)
     print(f"fitted: {describe(fitted)}\n")
-    print(report("in-sample", errors(rows, table[fitted])) + "\n")
+    print(report("in-sample", relative_errors(rows, table[fitted])) + "\n")
     held_out: list[tuple[PublishedRow, float]] = []
     for train, held in grouped_folds(rows, args.folds):
         point = best(train, table)
         print(f"  fold: {describe(point)}", file=sys.stderr)
-        held_out.extend(errors(held, table[point]))
+        held_out.extend(relative_errors(held, table[point]))
     print(report("cross-validated", held_out) + "\n", flush=True)
     if args.write:
         write(fitted)

@@ -9,10 +9,14 @@ that never saw that configuration.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
+
+from inferplan.plan.calibration import huber
+from inferplan.plan.published import PublishedRow
 
 
 class HasCase(Protocol):
@@ -33,6 +37,28 @@ def grouped_folds(rows: Sequence[RowT], k: int) -> Iterator[tuple[list[RowT], li
             [r for r in rows if r.case_id not in held],
             [r for r in rows if r.case_id in held],
         )
+
+
+def metric_key(row: PublishedRow) -> tuple[str, str]:
+    """A row's key in the fit scripts' prediction tables: its served run and its metric."""
+    return (str(row.run_key), row.metric)
+
+
+def relative_errors(
+    rows: Sequence[PublishedRow], predicted: Mapping[tuple[str, str], float | None]
+) -> list[tuple[PublishedRow, float]]:
+    """``(row, (predicted - measured) / measured)`` for the rows with a prediction."""
+    pairs = [(r, predicted.get(metric_key(r))) for r in rows]
+    return [(r, (v - r.value) / r.value) for r, v in pairs if v is not None]
+
+
+def log_huber_loss(
+    rows: Sequence[PublishedRow], predicted: Mapping[tuple[str, str], float | None]
+) -> float:
+    """Summed Huber loss of ``log(1 + error)`` over ``rows``; a row without a prediction (its
+    run failed) costs 1."""
+    errs = relative_errors(rows, predicted)
+    return sum(huber(math.log(max(1.0 + e, 1e-6))) for _, e in errs) + len(rows) - len(errs)
 
 
 def error_rows(groups: dict[str, list[float]]) -> list[str]:
