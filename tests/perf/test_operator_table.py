@@ -9,7 +9,8 @@ import pytest
 
 from inferplan.errors import InferplanError
 from inferplan.perf.comm import allreduce_s
-from inferplan.perf.roofline import ACT_BYTES, RooflineModel
+from inferplan.perf.op import ACT_BYTES
+from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import OperatorTable, TableModel, load_operator_table
 from inferplan.specs.model import ModelSpec
 from perf.perf_helpers import assert_line_matches, decode, roofline

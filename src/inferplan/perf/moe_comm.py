@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from inferplan.perf.comm import allgather_s, alltoall_s, reducescatter_s
 from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.op import ACT_BYTES
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.topology import Topology
 
-ACT_BYTES = 2.0  # bf16 activations
 MOE_EXCHANGES = ("alltoall", "allgather")
 # Bytes per activation value as gathered for an expert GEMM of this compute dtype: FP8 one
 # byte; NVFP4 half a byte plus one FP8 scale per 16 values; anything else BF16.

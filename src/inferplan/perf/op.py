@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ACT_BYTES = 2.0  # bytes of one bf16 activation value
+
 
 @dataclass(frozen=True)
 class Op:

@@ -31,7 +31,7 @@ from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
-from inferplan.perf.op import Op
+from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
@@ -41,7 +41,6 @@ from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import expert_params, ffn_matrices
 from inferplan.specs.topology import Topology, topology_for
 
-ACT_BYTES = 2.0  # bf16 activations
 LINE_CACHE_SIZE = 4096
 
 

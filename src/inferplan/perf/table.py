@@ -26,7 +26,8 @@ from inferplan.errors import InferplanError
 from inferplan.limits import MAX_OPERATOR_TIME_S, MAX_TOKENS
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.comm import allreduce_s
-from inferplan.perf.roofline import ACT_BYTES, RooflineModel
+from inferplan.perf.op import ACT_BYTES
+from inferplan.perf.roofline import RooflineModel
 from inferplan.textfile import read_user_text, shown_text
 
 COLUMNS = ("operator", "num_tokens", "context_tokens", "time_s")
