@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
+from inferplan.perf.attention_ops import AttentionRates, attention_ops
 from inferplan.perf.batch import StepBatch, StepTime, window_range
 from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
@@ -35,7 +36,6 @@ from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
-from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
 from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
 from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import expert_params, ffn_matrices
@@ -288,100 +288,14 @@ class RooflineModel:
     def _attention(self, group: _Group, batch: StepBatch, m: int, dpa: int) -> list[Op]:
         """Attention on one device: its micro-batch's share of the batch (and, with DP
         attention, its rank's share); decode terms stay linear in the replica's context."""
-        att, count = group.attention, group.count
-        if att.kind == "none":
-            return []
-        compute = self.gpu.peak("bf16") * self.eff.attention_compute
-        memory = self.bandwidth * self.eff.attention_memory
-        kvb = self.kv.bytes_per_value
-        tp = self.par.tp
-        share = m * dpa
-        prefill, n = batch.prefill_tokens / share, batch.num_decode_seqs / share
-        pairs, cached = batch.prefill_attention_pairs / share, batch.prefill_context_tokens / share
-        if att.kind == "linear":
-            heads = att.linear_num_value_heads / tp
-            per_token = 6 * heads * att.linear_key_head_dim * att.linear_value_head_dim
-            # Every step reads and writes each sequence's whole state (fp32 SSM state where
-            # the config asks for it).
-            state = linear_state_bytes(att, tp, ACT_BYTES)
-            seqs = n + batch.num_prefill_seqs / share
-            return [
-                Op(
-                    "attn_linear",
-                    per_token * (prefill + n),
-                    0.0,
-                    2 * state * seqs,
-                    0.0,
-                    compute,
-                    memory,
-                    count,
-                )
-            ]
-        heads = att.num_heads / tp
-        if att.kind == "mla":
-            latent = att.kv_lora_rank + att.qk_rope_head_dim
-            token_bytes = latent * kvb
-            nope = att.head_dim - att.qk_rope_head_dim
-            pair_flops = heads * (2 * att.head_dim + 2 * att.v_head_dim)
-            up_flops = 2 * cached * att.kv_lora_rank * heads * (nope + att.v_head_dim)
-            decode_flops = heads * (2 * latent + 2 * att.kv_lora_rank)
-        else:
-            token_bytes = 2 * kv_heads_per_rank(att, tp) * att.head_dim * kvb
-            pair_flops = 4 * heads * att.head_dim
-            up_flops = 0.0
-            decode_flops = pair_flops
-        if att.window_tokens is not None:
-            pairs = min(pairs, prefill * att.window_tokens)
-            cached = min(cached, batch.num_prefill_seqs / share * att.window_tokens)
-        io = 2 * heads * att.head_dim * ACT_BYTES
-        ops = []
-        if prefill:
-            ops.append(
-                Op(
-                    "attn_prefill",
-                    pair_flops * pairs + up_flops,
-                    0.0,
-                    token_bytes * (cached + prefill) + io * prefill,
-                    0.0,
-                    compute,
-                    memory,
-                    count,
-                )
-            )
-        if n:
-            window = att.window_tokens
-            context = batch.decode_context_tokens / share
-            # Speculative verify (``perf/speculative.py``): ``q`` queries per sequence read its
-            # KV once; query ``j`` also attends to the ``j`` draft tokens before it.
-            q = 1 + batch.num_draft_tokens
-            drafts = decode_flops * n * (q - 1) * q / 2
-            if window is not None and context >= n * window:
-                ops.append(
-                    Op(
-                        "attn_decode",
-                        decode_flops * n * window * q + drafts,
-                        0.0,
-                        token_bytes * (n * window + n * q) + io * n * q,
-                        0.0,
-                        compute,
-                        memory,
-                        count,
-                    )
-                )
-            else:
-                ops.append(
-                    Op(  # evaluated at the micro-batch's context: this rank reads 1/dpa of it
-                        "attn_decode",
-                        drafts,
-                        decode_flops * q / dpa,
-                        token_bytes * n * q + io * n * q,
-                        token_bytes / dpa,
-                        compute,
-                        memory,
-                        count,
-                    )
-                )
-        return ops
+        rates = AttentionRates(
+            self.gpu.peak("bf16") * self.eff.attention_compute,
+            self.bandwidth * self.eff.attention_memory,
+        )
+        shape = (self.par.tp, m, dpa)
+        return attention_ops(
+            group.attention, group.count, batch, shape, self.kv.bytes_per_value, rates
+        )
 
     def _ffn(self, group: _Group, tokens: float) -> tuple[list[Op], float]:
         """FFN operators and their per-layer communication time. Dense layers, the router and

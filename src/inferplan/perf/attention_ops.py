@@ -1,0 +1,129 @@
+"""The attention core's operators on one device: prefill pairs, decode KV reads, linear state.
+
+``attention_ops`` is what ``RooflineModel`` runs per layer group; its FLOPs and bytes are the
+formulas of ``docs/modeling.md`` (causal prefill pairs, MLA absorbed for decode and expanded for
+prefill, sliding windows capping what is read, a linear-attention layer's whole state read and
+written each step). Decode terms stay affine in the replica's context, so a pure-decode stretch
+keeps its closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplan.perf.batch import StepBatch
+from inferplan.perf.op import ACT_BYTES, Op
+from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
+from inferplan.specs.model import AttentionSpec
+
+
+@dataclass(frozen=True)
+class AttentionRates:
+    """What one device sustains for attention: its FLOP/s and bytes/s (efficiency applied)."""
+
+    compute: float
+    memory: float
+
+
+@dataclass(frozen=True)
+class _Shares:
+    """One device's part of the batch: a micro-batch's share, and with DP attention a rank's."""
+
+    prefill: float
+    decode_seqs: float
+    pairs: float
+    cached: float
+    prefill_seqs: float
+    share: int
+
+
+def attention_ops(
+    att: AttentionSpec,
+    count: int,
+    batch: StepBatch,
+    shape: tuple[int, int, int],
+    kv_bytes: float,
+    rates: AttentionRates,
+) -> list[Op]:
+    """Attention operators for ``count`` layers of ``att``; ``shape`` is (tp, micro-batches,
+    attention-DP ranks), ``kv_bytes`` the KV cache's bytes per value."""
+    if att.kind == "none":
+        return []
+    tp, m, dpa = shape
+    share = m * dpa
+    s = _Shares(
+        batch.prefill_tokens / share,
+        batch.num_decode_seqs / share,
+        batch.prefill_attention_pairs / share,
+        batch.prefill_context_tokens / share,
+        batch.num_prefill_seqs / share,
+        share,
+    )
+    if att.kind == "linear":
+        return [_linear_op(att, count, s, tp, rates)]
+    heads = att.num_heads / tp
+    if att.kind == "mla":
+        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        token_bytes = latent * kv_bytes
+        nope = att.head_dim - att.qk_rope_head_dim
+        pair_flops = heads * (2 * att.head_dim + 2 * att.v_head_dim)
+        up_flops = 2 * s.cached * att.kv_lora_rank * heads * (nope + att.v_head_dim)
+        decode_flops = heads * (2 * latent + 2 * att.kv_lora_rank)
+    else:
+        token_bytes = 2 * kv_heads_per_rank(att, tp) * att.head_dim * kv_bytes
+        pair_flops = 4 * heads * att.head_dim
+        up_flops = 0.0
+        decode_flops = pair_flops
+    pairs, cached = s.pairs, s.cached
+    if att.window_tokens is not None:
+        pairs = min(pairs, s.prefill * att.window_tokens)
+        cached = min(cached, s.prefill_seqs * att.window_tokens)
+    io = 2 * heads * att.head_dim * ACT_BYTES
+    ops = []
+    if s.prefill:
+        flops = pair_flops * pairs + up_flops
+        read = token_bytes * (cached + s.prefill) + io * s.prefill
+        ops.append(Op("attn_prefill", flops, 0.0, read, 0.0, rates.compute, rates.memory, count))
+    if s.decode_seqs:
+        ops.append(_decode_op(att, count, batch, s, (token_bytes, decode_flops, io), dpa, rates))
+    return ops
+
+
+def _linear_op(att: AttentionSpec, count: int, s: _Shares, tp: int, rates: AttentionRates) -> Op:
+    heads = att.linear_num_value_heads / tp
+    per_token = 6 * heads * att.linear_key_head_dim * att.linear_value_head_dim
+    # Every step reads and writes each sequence's whole state (fp32 SSM state where the config
+    # asks for it).
+    state = linear_state_bytes(att, tp, ACT_BYTES)
+    seqs = s.decode_seqs + s.prefill_seqs
+    flops = per_token * (s.prefill + s.decode_seqs)
+    return Op("attn_linear", flops, 0.0, 2 * state * seqs, 0.0, rates.compute, rates.memory, count)
+
+
+def _decode_op(
+    att: AttentionSpec,
+    count: int,
+    batch: StepBatch,
+    s: _Shares,
+    per_token: tuple[float, float, float],
+    dpa: int,
+    rates: AttentionRates,
+) -> Op:
+    """The decode rows' KV reads: capped by a saturated sliding window, else affine in the
+    context (evaluated at the micro-batch's context: this rank reads 1/dpa of it)."""
+    token_bytes, decode_flops, io = per_token
+    n, window = s.decode_seqs, att.window_tokens
+    context = batch.decode_context_tokens / s.share
+    # Speculative verify (``perf/speculative.py``): ``q`` queries per sequence read its KV once;
+    # query ``j`` also attends to the ``j`` draft tokens before it.
+    q = 1 + batch.num_draft_tokens
+    drafts = decode_flops * n * (q - 1) * q / 2
+    if window is not None and context >= n * window:
+        flops = decode_flops * n * window * q + drafts
+        read = token_bytes * (n * window + n * q) + io * n * q
+        return Op("attn_decode", flops, 0.0, read, 0.0, rates.compute, rates.memory, count)
+    read = token_bytes * n * q + io * n * q
+    per_ctx = (decode_flops * q / dpa, token_bytes / dpa)
+    return Op(
+        "attn_decode", drafts, per_ctx[0], read, per_ctx[1], rates.compute, rates.memory, count
+    )
