@@ -35,6 +35,7 @@ from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
+from inferplan.plan.chat_stream import empty_chunks
 from inferplan.plan.folds import (
     error_rows,
     grouped_folds,
@@ -158,7 +159,8 @@ def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[
                     continue
                 cell = table.setdefault((host, factor, fe), {})
                 try:
-                    values = metric_values(run, served_summary(result, fe))
+                    summary = served_summary(result, fe, empty_chunks(run[0]))
+                    values = metric_values(run, summary)
                 except InferplanError:  # nothing completed: missing, as validate reports it
                     values = {row.metric: None for row in run}
                 for row in run:
@@ -255,6 +257,35 @@ def report(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
     return "\n".join(lines + error_rows(groups))
 
 
+def model_family(row: PublishedRow) -> str:
+    name = row.model.split("/")[-1].lower()
+    for prefix in ("qwen3", "glm", "deepseek", "gpt-oss", "llama"):
+        if prefix in name:
+            return prefix
+    return name
+
+
+def workload(row: PublishedRow) -> str:
+    return "sharegpt" if row.dataset == "sharegpt" else f"{row.input_len}/{row.output_len}"
+
+
+BREAKDOWNS = {"GPU": lambda r: r.gpu, "model family": model_family, "workload": workload}
+
+
+def breakdown(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
+    """The latency rows' errors by GPU, model family and workload (``--by``)."""
+    parts = []
+    for title, key in BREAKDOWNS.items():
+        groups: dict[str, list[float]] = {}
+        for row, e in errs:
+            if row.family == "latency":
+                groups.setdefault(key(row), []).append(e)
+        lines = [f"| {label}, latency by {title} | n | median | p90 | signed median |"]
+        lines.append("|---|---:|---:|---:|---:|")
+        parts.append("\n".join(lines + error_rows(dict(sorted(groups.items())))))
+    return "\n\n".join(parts)
+
+
 def describe(point: Fit) -> str:
     fe = point.fe
     text = f"per_request {fe.per_request_s / MS:g} ms, per_token {fe.per_token_s / US:g} us"
@@ -323,6 +354,9 @@ def main(argv: list[str]) -> int:
         "--load", action="append", help="read the tables from --save's files (no simulation)"
     )
     parser.add_argument("--shard", default="0/1", help="I/N: simulate every N-th run from I")
+    parser.add_argument(
+        "--by", action="store_true", help="latency errors by GPU, model family and workload too"
+    )
     args = parser.parse_args(argv)
     fitted: dict[str, Fit] = {}
     for name in args.engine or ["vllm-v1", "sglang", "trtllm-serve"]:
@@ -348,11 +382,15 @@ def main(argv: list[str]) -> int:
         by_class = tie_classes(by_class, TIED.get(name, ()))
         fitted[name] = fit(rows, by_class)
         print(f"fitted: {describe(fitted[name])}\n")
-        print(report("in-sample", relative_errors(rows, predicted(by_class, fitted[name]))) + "\n")
+        in_sample = relative_errors(rows, predicted(by_class, fitted[name]))
+        print(report("in-sample", in_sample) + "\n")
         cv, chosen = cross_validate(rows, by_class, args.folds)
         for i, point in enumerate(chosen):
             print(f"  fold {i + 1}: {describe(point)}")
         print("\n" + report("cross-validated", cv) + "\n", flush=True)
+        if args.by:
+            print(breakdown("cross-validated", cv) + "\n")
+            print(breakdown("in-sample", in_sample) + "\n", flush=True)
     if not args.dry_run:
         write({name: untie(point) for name, point in fitted.items()})
     return 0

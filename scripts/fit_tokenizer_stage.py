@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from inferplan.errors import InferplanError
+from inferplan.plan.chat_stream import empty_chunks
 from inferplan.plan.folds import error_rows, log_huber_loss, metric_key, relative_errors
 from inferplan.plan.published import ENGINES, PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
@@ -70,7 +71,7 @@ def simulate_grid(rows: list[PublishedRow]) -> dict[float, Values]:
             fe = replace(row_frontend(run[0]), per_request_s=value)
             try:
                 result = simulate_run(run, None, False, fe)
-                values = metric_values(run, served_summary(result, fe))
+                values = metric_values(run, served_summary(result, fe, empty_chunks(run[0])))
             except InferplanError:
                 values = {row.metric: None for row in run}
             out[value].update({metric_key(row): values[row.metric] for row in run})

@@ -27,6 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.plan.chat_stream import empty_chunks
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     group_runs,
@@ -76,7 +77,7 @@ def probe(run: list[PublishedRow], intakes_ms: list[float]) -> str:
             wave = int(np.count_nonzero(rec.first_token_s < first_finish))
             retracted = int(np.count_nonzero(rec.num_preemptions))
             cells.append(f"wave {wave:4d} retracted {retracted:3d} chunk {chunk_ms(run):5.0f} ms")
-        values = metric_values(run, served_summary(result, fe))
+        values = metric_values(run, served_summary(result, fe, empty_chunks(run[0])))
         measured = {row.metric: row.value for row in run}
         errors = []
         for metric in METRICS:

@@ -36,12 +36,14 @@ from inferplan.engine.simulator import SimulationResult
 from inferplan.engine.tokenizer_stage import simulate_tokenized
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.summary import summarize
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
+from inferplan.plan.chat_stream import empty_chunks, with_empty_chunks
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -331,10 +333,15 @@ def simulate_run(
     return simulate_tokenized(plan, step, run_workload(first, quick), options, fe)
 
 
-def served_summary(result: SimulationResult, fe: FrontEnd) -> dict[str, object]:
-    """The summary of a simulated run as the client sees it behind ``fe``."""
+def served_summary(
+    result: SimulationResult, fe: FrontEnd, empty_chunks: int = 0
+) -> dict[str, object]:
+    """The summary of a simulated run as the client sees it behind ``fe``; ``empty_chunks``:
+    ITL gaps of about zero each completed request's stream adds (``chat_stream.py``)."""
     records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
-    summary = summarize(records, result.itl, duration_s=duration_s)
+    done = int(np.count_nonzero(records.status == RequestStatus.COMPLETED))
+    itl = with_empty_chunks(result.itl, done, empty_chunks)
+    summary = summarize(records, itl, duration_s=duration_s)
     if not summary.get("completed"):
         raise InferplanError(
             "no request completed in the simulation (each was rejected: longer than the "
@@ -367,7 +374,7 @@ def predict_run(
     if not setup.closed_form:
         fe = frontend if frontend is not None else row_frontend(first)
         result = simulate_run(rows, efficiency, quick, fe)
-        return metric_values(rows, served_summary(result, fe))
+        return metric_values(rows, served_summary(result, fe, empty_chunks(first)))
     plan = memory_plan(setup)
     step = run_step_model(first, setup, plan, efficiency)
     isl = first.input_len or 1

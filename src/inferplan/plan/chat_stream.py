@@ -1,0 +1,53 @@
+"""Chunks of an OpenAI chat stream that carry no new token, as ``vllm bench serve`` counts them.
+
+``vllm bench serve --backend openai-chat`` (``vllm-0.11.0:vllm/benchmarks/lib/
+endpoint_request_func.py`` ``async_request_openai_chat_completions``) takes a timestamp for
+every SSE message whose JSON has ``choices``: the first sets TTFT, every later one appends the
+gap since the previous message to the request's ITL list, whether or not it carries text
+(messages without ``choices``, the usage chunk, only move the last timestamp). TPOT is
+``(latency - TTFT) / (completion_tokens - 1)`` and does not see them.
+
+SGLang's chat stream (``sglang-0.5.5.post1:sglang/srt/entrypoints/openai/serving_chat.py``
+``_generate_chat_stream``) sends, besides one chunk per output token:
+
+- a chunk ``{"role": "assistant", "content": ""}`` when the first output arrives, followed at
+  once by the first token's chunk (the client reads both in the same network read: the gap
+  between them is about zero);
+- after the last output, a chunk with an empty delta and the ``finish_reason``, then the usage
+  chunk (no ``choices``).
+
+So each request adds **two gaps of about zero** to the ITL samples: the published ITL mean is
+``(out - 1) / (out + 1)`` of the token gaps' mean, 3/5 at 4 output tokens. GPUStack's SGLang
+``128/4`` runs (0.5.3-0.5.6) show exactly that: ITL mean / TPOT mean = 0.600 in all but one
+(GLM-4.6-FP8 on SGLang 0.5.3 with ``--reasoning-parser`` shows 0.750: one such gap; not
+modelled). vLLM's and ``trtllm-serve``'s streams show 0.750 on the same runs (the role chunk
+alone); their counts are left to their own fits (0 here), so their rows are unchanged.
+"""
+
+from __future__ import annotations
+
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.plan.published import PublishedRow
+
+SGLANG_EMPTY_CHUNKS = 2  # the role chunk before the first token, the finish chunk after the last
+
+
+def empty_chunks(row: PublishedRow) -> int:
+    """Chunks per request of ``row``'s stream that the client counts as ITL gaps of about zero
+    (see the module docstring): SGLang's chat endpoint 2, anything else 0."""
+    if row.engine != "sglang":
+        return 0
+    if not row.settings.get("endpoint", "").startswith("openai-chat"):
+        return 0
+    return SGLANG_EMPTY_CHUNKS
+
+
+def with_empty_chunks(itl: ItlHistogram, num_requests: int, per_request: int) -> ItlHistogram:
+    """``itl`` with ``per_request`` zero gaps for each of ``num_requests`` streamed requests (a
+    new histogram; ``itl`` itself unchanged, or returned as it is where there are none)."""
+    if num_requests <= 0 or per_request <= 0:
+        return itl
+    out = ItlHistogram(itl.grid)
+    out.merge(itl)
+    out.add(0.0, float(num_requests * per_request))
+    return out
