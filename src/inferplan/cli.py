@@ -47,6 +47,7 @@ from inferplan.memory.advice import does_not_fit_message
 from inferplan.perf.moe_report import expert_parallel_report
 from inferplan.perf.speculative import speculative_report
 from inferplan.perf.sweep import compute_bound_batch_size, decode_row, prefill_row
+from inferplan.plan.trtllm_runtime import TRTLLM_RUNTIMES, check_trtllm_runtime
 from inferplan.profile import DEVICES, profile_to_csv
 from inferplan.report.catalog import gpus_json, gpus_table, models_json, models_table
 from inferplan.report.memory import memory_json, memory_tables
@@ -195,6 +196,15 @@ def roofline(
 @click.option(
     "--router", type=click.Choice(tuple(ROUTERS)), default="round_robin", show_default=True
 )
+@click.option(
+    "--trtllm-runtime",
+    "runtime",
+    type=click.Choice(TRTLLM_RUNTIMES),
+    default=None,
+    help="--engine trtllm: trtllm-serve (default: the OpenAI server, online: overlap scheduler, "
+    "unpadded decode CUDA graphs 1..32/64/128, streamed responses) or trtllm-bench (offline: "
+    "host costs fitted to trtllm-bench runs, every decode batch graphed, no HTTP front end)",
+)
 @click.option("--exact", is_flag=True, help="Step every iteration (the reference mode)")
 @click.option("--metric-percentiles", default="99", show_default=True)
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
@@ -221,6 +231,7 @@ def simulate(
     schedule_conservativeness: float | None,
     enable_prefix_caching: bool | None,
     router: str,
+    runtime: str | None,
     exact: bool,
     metric_percentiles: str,
     goodput: tuple[str, ...],
@@ -230,6 +241,8 @@ def simulate(
     """Replay a workload on replicas of a deployment; report what users would measure."""
     percentiles = percentile_list("--metric-percentiles", metric_percentiles)
     slo_ms = goodput_slo(goodput)
+    check_trtllm_runtime(deployment.engine, runtime, "--trtllm-runtime")
+    deployment = replace(deployment, trtllm_runtime=runtime)
     options = ServingOptions(
         scheduler=scheduler,
         preemption_mode=preemption_mode,

@@ -21,7 +21,7 @@ import click
 from inferplan.cli_checks import bounded, check_devices, check_engine_rules, check_name
 from inferplan.cli_checks import goodput_slo as goodput_slo  # re-exported for other commands
 from inferplan.cli_checks import int_list as int_list  # re-exported for other commands
-from inferplan.engine.frontend import FrontEnd, engine_frontend
+from inferplan.engine.frontend import FrontEnd
 from inferplan.errors import InferplanError
 from inferplan.limits import (
     MAX_BLOCK_TOKENS,
@@ -41,7 +41,7 @@ from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import load_operator_table
-from inferplan.plan.served import served_efficiency, served_graphs
+from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_frontend, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     ENGINES,
@@ -167,6 +167,9 @@ class DeploymentFlags:
     num_redundant_experts: int
     kv_cache_free_gpu_mem_fraction: float | None = None
     mem_fraction_static: float | None = None
+    # ``simulate --trtllm-runtime`` (not a deployment option: set by that command only);
+    # None: trtllm-serve (``plan/trtllm_runtime.py``).
+    trtllm_runtime: str | None = None
 
     def check(self) -> None:
         """Names, device count and the files given (read now, so a bad one fails first)."""
@@ -198,8 +201,9 @@ class DeploymentFlags:
         """The roofline with ``--calibration``'s constants, backed by ``--operator-table``;
         MoE routing from ``--expert-routing`` (or ``--moe-skew``), mixed by traffic class.
         ``engine_costs``: ``--engine``'s host costs, kernel factor and decode CUDA graphs, as
-        ``validate`` predicts a served run (``plan/served.py``; ``--calibration`` replaces
-        the constants)."""
+        ``validate`` predicts a served run (``plan/served.py``; TensorRT-LLM's by
+        ``--trtllm-runtime``, ``plan/trtllm_runtime.py``; ``--calibration`` replaces the
+        constants)."""
         moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind == "moe"), None)
         routing = parse_routing(
             self.expert_routing,
@@ -210,7 +214,8 @@ class DeploymentFlags:
         )
         efficiency = self.efficiency()
         if engine_costs and efficiency is None:
-            efficiency = served_efficiency(efficiency_for(plan.gpu), plan, self.engine)
+            family = efficiency_for(plan.gpu)
+            efficiency = runtime_efficiency(family, plan, self.engine, self.trtllm_runtime)
         model = build_step_model(
             plan,
             efficiency=efficiency,
@@ -219,13 +224,16 @@ class DeploymentFlags:
             table_path=Path(self.operator_table) if self.operator_table else None,
         )
         if engine_costs and isinstance(model, RooflineModel):
-            model.graphs = served_graphs(plan, self.engine)
+            model.graphs = runtime_graphs(plan, self.engine, self.trtllm_runtime)
         return model
 
     def frontend(self) -> FrontEnd:
         """``--engine``'s HTTP front end (``engine/frontend.py``); none with ``--calibration``,
-        whose constants were fitted to end-to-end measurements that already include it."""
-        return FrontEnd() if self.calibration else engine_frontend(self.engine)
+        whose constants were fitted to end-to-end measurements that already include it, and
+        none with ``--trtllm-runtime trtllm-bench`` (offline)."""
+        if self.calibration:
+            return FrontEnd()
+        return runtime_frontend(self.engine, self.trtllm_runtime)
 
     def plan(self) -> MemoryPlan:
         return build_memory_plan(
@@ -281,7 +289,8 @@ def option_group(
     def decorate(func: Callable[..., Any]) -> Any:
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
-            group = flags_type(**{name: kwargs.pop(name) for name in names})
+            # Fields without an option of the group keep their defaults (a command sets them).
+            group = flags_type(**{name: kwargs.pop(name) for name in names if name in kwargs})
             if hasattr(group, "check"):
                 group.check()  # every flag of the group checked before the command's work
             return func(**{keyword: group}, **kwargs)

@@ -36,10 +36,10 @@ from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.request import PlanRequest
-from inferplan.plan.served import served_efficiency, served_graphs
 from inferplan.plan.slo import class_targets
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats
+from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import engine_defaults, vllm_expert_padding
 from inferplan.specs.hardware import load_gpu
@@ -82,14 +82,14 @@ def _spec(model_name: str) -> ModelSpec:
     return load_model(model_name)
 
 
-def step_model(plan: MemoryPlan, engine: str) -> StepTimeModel:
+def step_model(plan: MemoryPlan, engine: str, trtllm_runtime: str | None = None) -> StepTimeModel:
     """The step-time model of ``engine`` serving ``plan``: its host costs, kernel factor and
-    decode CUDA graphs (``plan/served.py``), as ``inferplan simulate --engine`` predicts."""
-    model = build_step_model(
-        plan, efficiency=served_efficiency(efficiency_for(plan.gpu), plan, engine)
-    )
+    decode CUDA graphs (``plan/served.py``; TensorRT-LLM's by runtime,
+    ``plan/trtllm_runtime.py``), as ``inferplan simulate --engine`` predicts."""
+    efficiency = runtime_efficiency(efficiency_for(plan.gpu), plan, engine, trtllm_runtime)
+    model = build_step_model(plan, efficiency=efficiency)
     if isinstance(model, RooflineModel):
-        model.graphs = served_graphs(plan, engine)
+        model.graphs = runtime_graphs(plan, engine, trtllm_runtime)
     return model
 
 

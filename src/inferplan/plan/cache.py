@@ -52,6 +52,8 @@ def context_fingerprint(ctx: SearchContext) -> str:
         "gpu_memory_utilization": req.gpu_memory_utilization,
         "search": settings,
     }
+    if "trtllm" in req.engines:  # its runtime's costs (other requests keep their keys)
+        data["trtllm_runtime"] = req.trtllm_runtime or "trtllm-serve"
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplan.engine.frontend import engine_frontend, seen_result
+from inferplan.engine.frontend import seen_result
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.engine.tokenizer_stage import at_client_times, tokenizer_delays
@@ -40,6 +40,7 @@ from inferplan.plan.early_stop import CertainMissError, MissWatch
 from inferplan.plan.request import PlanRequest
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats, class_counts, length_stats, mixed_workload, prefix
+from inferplan.plan.trtllm_runtime import runtime_frontend
 from inferplan.specs.hardware import GIB
 
 GALLOP_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -86,7 +87,7 @@ def prepare(ctx: SearchContext, cfg: ReplicaConfig) -> Prepared:
     if why is not None:
         return Prepared(cfg, "memory", why, 0, {}, {})
     plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
-    model = bnd.step_model(plan, cfg.engine)
+    model = bnd.step_model(plan, cfg.engine, req.trtllm_runtime)
     bounds = bnd.compute_bounds(plan, model, req, list(ctx.stats))
     n_lb = bnd.replicas_lower_bound(bounds, ctx.total_rate_req_s)
     memory, bound = memory_json(plan, ctx.stats), bounds_json(bounds, n_lb)
@@ -130,8 +131,8 @@ class _Runner:
         req = ctx.request
         self.ctx, self.cfg = ctx, cfg
         self.plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
-        self.model: StepTimeModel = bnd.step_model(self.plan, cfg.engine)
-        self.frontend = engine_frontend(cfg.engine)
+        self.model: StepTimeModel = bnd.step_model(self.plan, cfg.engine, req.trtllm_runtime)
+        self.frontend = runtime_frontend(cfg.engine, req.trtllm_runtime)
         self.num_simulations = 0
         self.names = [c.name for c in req.traffic]
         self.passes: dict[int, dict[str, Any]] = {}  # replicas -> the passing probe's figures

@@ -40,7 +40,9 @@ BEST_KEYS = (
 
 
 def request_data(request: PlanRequest) -> dict[str, Any]:
-    return request.model_dump(mode="json", by_alias=True)
+    # trtllm_runtime only where the request gives it: other plan files stay as they were.
+    unset = None if "trtllm_runtime" in request.model_fields_set else {"trtllm_runtime"}
+    return request.model_dump(mode="json", by_alias=True, exclude=unset)
 
 
 def plan_document(request: PlanRequest, output: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ refused, so a typo never silently falls back to a default.
 Defaults (each one a field the user can set; see ``docs/planning.md``):
 
 - ``kv_cache_dtype: [auto]`` (the model's dtype), ``engines: [vllm]``;
+- ``trtllm_runtime: trtllm-serve`` with engine ``trtllm`` (``trtllm-bench``: the offline
+  benchmark's costs, ``plan/trtllm_runtime.py``);
 - ``parallelism``: TP in {1, 2, 4, 8}, PP in {1, 2}, expert parallelism tried both ways for MoE
   models; TP stays inside one node (``gpus_per_node``, 8, an HGX/DGX board) unless
   ``allow_cross_node_tp`` is set;
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -152,6 +154,8 @@ class PlanRequest(_Strict):
     max_search_time_s: Positive = 300.0
     api: Api | None = None
     search: SearchSettings = SearchSettings()
+    # engine trtllm as trtllm-serve runs it (None: the default) or trtllm-bench
+    trtllm_runtime: Literal["trtllm-serve", "trtllm-bench"] | None = None
 
     @field_validator("daily_profile")
     @classmethod
@@ -180,6 +184,13 @@ def parse_request(data: Any, source: str, text: str = "") -> PlanRequest:
         message = str(first["msg"]).removeprefix("Value error, ")
         raise InferplanError(f"{where}: {key}: {message}") from None
     _check_classes(request, source)
+    if request.trtllm_runtime is not None and "trtllm" not in request.engines:
+        line = _line_of(text, ("trtllm_runtime",))
+        where = f"{source}:{line}" if line else source
+        raise InferplanError(
+            f"{where}: trtllm_runtime: applies to engine trtllm only (engines: "
+            f"{', '.join(request.engines)})"
+        )
     return request
 
 
