@@ -13,10 +13,7 @@ Constants, each on a grid inside its bound:
   request and step), hidden behind the GPU's work by the overlap scheduler.
 - ``eager_layer_overhead_s`` 10-300 us per decoder layer of a step that runs without a CUDA
   graph (every step with a context, decode batches other than ``1..32, 64, 128``): PyTorch
-  launching a layer's 10-20 kernels one by one from Python, on the executor's thread beside
-  its other host work (``RooflineModel.launches_overlap``: the step takes
-  ``max(GPU, host + launches)``). 300 us: a launch-bound eager layer (SGLang's Llama-3-8B
-  decode at batch 1, 9.28 ms over 32 layers without CUDA graphs, sgl-project/sglang#1401).
+  launching a layer's 10-20 kernels one by one from Python.
 - One GEMM compute factor, 1, 0.75, 0.55, 0.4 or 0.3, shared by the kernel classes ``fp8``
   (block-scaled FP8 checkpoints), ``mxfp4`` and ``mla`` (``perf/engine_kernels.py``); ``bf16``
   is the reference (1): ``trtllm-bench`` runs the same BF16 kernels. Shared, because ``fp8`` and

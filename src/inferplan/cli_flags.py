@@ -39,12 +39,9 @@ from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import load_operator_table
-from inferplan.plan.trtllm_runtime import (
-    runtime_efficiency,
-    runtime_frontend,
-    set_runtime_graphs,
-)
+from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_frontend, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
     ENGINES,
@@ -226,8 +223,8 @@ class DeploymentFlags:
             cuda_graphs=cuda_graphs,
             table_path=Path(self.operator_table) if self.operator_table else None,
         )
-        if engine_costs:
-            set_runtime_graphs(model, plan, self.engine, self.trtllm_runtime)
+        if engine_costs and isinstance(model, RooflineModel):
+            model.graphs = runtime_graphs(plan, self.engine, self.trtllm_runtime)
         return model
 
     def frontend(self) -> FrontEnd:

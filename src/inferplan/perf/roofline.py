@@ -79,11 +79,6 @@ class RooflineModel:
         # An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
         # eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding.
         self.graphs: CudaGraphs | None = None
-        # Whether an eager step's kernel launches are host work the overlap can hide
-        # (``hideable_host_s``): TensorRT-LLM's executor launches them from the thread whose
-        # work its overlap scheduler runs beside the GPU's (``plan/trtllm_serve.py``). False:
-        # they add to the step, as the engines without an overlap scheduler run them.
-        self.launches_overlap = False
         self.moe_exchange = "alltoall"  # or "allgather" (perf/moe_comm.py)
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
@@ -167,7 +162,7 @@ class RooflineModel:
         windows = [g.attention.window_tokens for g in self.groups]
         window_lower, window_limit = window_range(windows, num_seqs, context_tokens)
         line = (a, b, max(lower, window_lower), min(limit, window_limit))
-        hideable = self.eff.host_overlap * self.hideable_host_s(batch)
+        hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)
         return overlapped_line(line, fixed["overhead"] * factor, hideable, context_tokens)
 
     # ---- pipeline (public: perf/step_seconds.py, perf/table.py), then operators --------------
@@ -396,17 +391,6 @@ class RooflineModel:
         )
         return op, float(self.expert_table(ffn).hit_probability.max())
 
-    def hideable_host_s(self, batch: StepBatch) -> float:
-        """One rank's host work per step that ``host_overlap`` can hide behind the GPU's:
-        scheduling and preparing its sequences (``perf/overlap.py``), and an eager step's
-        kernel launches where ``launches_overlap``."""
-        host = host_s(self.eff, batch, self.par.attention_dp)
-        if self.launches_overlap:
-            _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, self.par.attention_dp)
-            if eager:
-                host += self.eff.eager_layer_overhead_s * self.stage_layers
-        return host
-
     def _overhead(self, batch: StepBatch) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
@@ -435,7 +419,8 @@ class RooflineModel:
             by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * times
         bounds["communication"] = fixed["communication"] * factor + self.pipeline_sends(batch)
         gpu_s = bounds["compute"] + bounds["memory"] + bounds["communication"]
-        hidden = hidden_host_s(self.hideable_host_s(batch), self.eff.host_overlap, gpu_s)
+        host = host_s(self.eff, batch, self.par.attention_dp)
+        hidden = hidden_host_s(host, self.eff.host_overlap, gpu_s)
         bounds["overhead"] = fixed["overhead"] * factor - hidden
         total = sum(bounds.values())
         return StepTime(total, bounds, by_op)

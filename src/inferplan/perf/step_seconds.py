@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferplan.perf.batch import StepBatch
-from inferplan.perf.overlap import hidden_host_s
+from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 
@@ -60,7 +60,6 @@ class StepSeconds:
         self.roofline = roofline
         self._plans: dict[tuple[float, ...], _Plan] = {}
         self._graphs: object = None
-        self._launches = False
 
     def __call__(self, batch: StepBatch) -> float:
         return self.seconds(
@@ -90,13 +89,9 @@ class StepSeconds:
             num_decode_seqs,
         )
         roofline = self.roofline
-        if roofline is not None and (
-            roofline.graphs is not self._graphs or roofline.launches_overlap is not self._launches
-        ):
-            # The engine's CUDA graphs (and whether its launches overlap) may be set after the
-            # model is built.
-            self._plans.clear()
-            self._graphs, self._launches = roofline.graphs, roofline.launches_overlap
+        if roofline is not None and roofline.graphs is not self._graphs:
+            self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
+            self._graphs = roofline.graphs
         plan = self._plans.get(key)
         if plan is None:
             batch = StepBatch(
@@ -153,7 +148,7 @@ class StepSeconds:
             tuple(terms),
             fixed["communication"] * factor + model.pipeline_sends(batch),
             fixed["overhead"] * factor,
-            model.hideable_host_s(batch),
+            host_s(model.eff, batch, model.par.attention_dp),
             model.eff.host_overlap,
         )
         self._plans[

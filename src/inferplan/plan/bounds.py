@@ -34,11 +34,12 @@ from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.request import PlanRequest
 from inferplan.plan.slo import class_targets
 from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats
-from inferplan.plan.trtllm_runtime import runtime_efficiency, set_runtime_graphs
+from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import engine_defaults, vllm_expert_padding
 from inferplan.specs.hardware import load_gpu
@@ -87,7 +88,8 @@ def step_model(plan: MemoryPlan, engine: str, trtllm_runtime: str | None = None)
     ``plan/trtllm_runtime.py``), as ``inferplan simulate --engine`` predicts."""
     efficiency = runtime_efficiency(efficiency_for(plan.gpu), plan, engine, trtllm_runtime)
     model = build_step_model(plan, efficiency=efficiency)
-    set_runtime_graphs(model, plan, engine, trtllm_runtime)
+    if isinstance(model, RooflineModel):
+        model.graphs = runtime_graphs(plan, engine, trtllm_runtime)
     return model
 
 

@@ -307,7 +307,6 @@ def run_step_model(
     step = build_step_model(plan, efficiency=eff)
     if isinstance(step, RooflineModel) and not setup.closed_form:
         step.graphs = served_graphs(plan, engine, version)
-        step.launches_overlap = is_trtllm_serve(first)  # beside the overlap scheduler's work
     return step
 
 

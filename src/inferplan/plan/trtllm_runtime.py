@@ -30,8 +30,6 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.cudagraph import CudaGraphs
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.protocol import StepTimeModel
-from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.served import served_efficiency, served_graphs
 from inferplan.plan.trtllm_serve import serve_efficiency
 
@@ -71,17 +69,6 @@ def runtime_graphs(plan: MemoryPlan, engine: str, runtime: str | None = None) ->
     if engine == "trtllm" and not is_serve(engine, runtime):
         return None
     return served_graphs(plan, engine)
-
-
-def set_runtime_graphs(
-    model: StepTimeModel, plan: MemoryPlan, engine: str, runtime: str | None = None
-) -> None:
-    """``model``'s decode CUDA graphs (``runtime_graphs``) and, for ``trtllm-serve``, its eager
-    launches beside the overlap scheduler's host work (``RooflineModel.launches_overlap``);
-    other step models keep theirs."""
-    if isinstance(model, RooflineModel):
-        model.graphs = runtime_graphs(plan, engine, runtime)
-        model.launches_overlap = is_serve(engine, runtime)
 
 
 def runtime_frontend(engine: str, runtime: str | None = None) -> FrontEnd:

@@ -21,12 +21,9 @@ gets instead, from TensorRT-LLM's ``tensorrt_llm/commands/serve.py`` ``get_llm_a
   normally executes slower than C++" (22 % end to end on DeepSeek-R1 throughput, tech blog 3,
   NVIDIA/TensorRT-LLM#5796); SGLang measured Llama-3-8B decode at batch 1 at 7.06 ms with
   graphs and 9.28 ms without (sgl-project/sglang#1401), a launch-bound step of about 290 us
-  per layer. Those launches are work of the executor's thread, the thread whose host work
-  the overlap scheduler (below) runs while the GPU computes the step before: they join it
-  (``RooflineModel.launches_overlap``), so an eager step takes ``max(GPU, host + launches)``
-  (a large context step hides them; a decode of 33 small sequences does not). Before branch
-  ``trtsim`` they were added to the step, which made the GPU-bound A100 runs ask for no
-  launch cost and the H100 runs for more than the bound (``docs/validation.md``).
+  per layer. The step model adds them to the step, as for every engine (``perf/roofline.py``
+  ``_overhead``); letting the GPU's work hide them (asynchronous launches) was tried and the
+  rows chose adding them (``docs/validation.md``).
 - **Streaming**: every request in flight gets a response object on every step, serialised to
   the OpenAI server's process, which detokenises it and writes an SSE chunk. That host work per
   sequence and step is what ``trtllm-bench`` (no streaming) does not pay. The overlap scheduler
