@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferplan.cli import main
+from inferplan.errors import InferplanError
 from inferplan.perf.batch import StepBatch
 from inferplan.plan.bounds import step_model
 from inferplan.plan.cache import context_fingerprint
@@ -16,7 +17,7 @@ from inferplan.plan.capacity import build_context
 from inferplan.plan.planfile import request_data
 from inferplan.plan.published import bundled_published
 from inferplan.plan.published_runs import memory_plan, run_setup, run_step_model
-from inferplan.plan.trtllm_runtime import runtime_frontend
+from inferplan.plan.trtllm_runtime import check_trtllm_runtime, runtime_frontend
 from inferplan.plan.trtllm_serve import is_trtllm_serve
 
 from .planner_helpers import tiny_request
@@ -99,3 +100,11 @@ def test_bad_request_runtimes_are_one_line(
     assert main(["plan", str(path), "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_library_callers_get_one_line_errors_too() -> None:
+    with pytest.raises(InferplanError, match=r"^x: unknown runtime 'bench'; valid: trtllm-serve"):
+        check_trtllm_runtime("trtllm", "bench", "x")
+    with pytest.raises(InferplanError, match=r"^x: applies to --engine trtllm only \(got sglang\)"):
+        check_trtllm_runtime("sglang", "trtllm-serve", "x")
+    check_trtllm_runtime("sglang", None, "x")  # nothing named: nothing to refuse
