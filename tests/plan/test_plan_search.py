@@ -35,7 +35,7 @@ def searched() -> Searched:
 def _fleet_meets(request: PlanRequest, cfg: ReplicaConfig, replicas: int) -> bool:
     """One whole-fleet simulation at the planned load, as a user would run it."""
     ctx = build_context(request)
-    plan = build_plan(request.model, cfg, ctx.max_model_len, request.gpu_memory_utilization)
+    plan = build_plan(request.model, cfg, ctx.max_model_len, request.memory_fraction)
     counts = class_counts(request, ctx.load_scale, request.search.fleet_window_s)
     workload = mixed_workload(request, ctx.load_scale, counts)
     options = ServingOptions(data_parallel_size=replicas, engine=cfg.engine)

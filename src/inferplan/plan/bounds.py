@@ -23,7 +23,7 @@ Compute (all from the step-time model, so they hold for the simulation that uses
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -41,7 +41,12 @@ from inferplan.plan.space import ReplicaConfig
 from inferplan.plan.traffic import LengthStats
 from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_graphs
 from inferplan.specs.catalog import load_model
-from inferplan.specs.engines import engine_defaults, vllm_expert_padding
+from inferplan.specs.engines import (
+    TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION,
+    engine_defaults,
+    sglang_mem_fraction_static,
+    vllm_expert_padding,
+)
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.model import ModelSpec
 
@@ -57,9 +62,11 @@ class Bounds:
 
 
 def build_plan(
-    model_name: str, cfg: ReplicaConfig, max_model_len: int, gpu_memory_utilization: float
+    model_name: str, cfg: ReplicaConfig, max_model_len: int, fraction: float | None
 ) -> MemoryPlan:
-    """The memory plan of one replica of ``cfg`` (the engine's block size)."""
+    """The memory plan of one replica of ``cfg`` under its engine's own memory rule (and block
+    size): ``fraction`` is the request's ``gpu_memory_utilization`` where it gave one, else
+    None for the engine's default (``memory_fraction``)."""
     gpu = load_gpu(cfg.gpu)
     defaults = engine_defaults(cfg.engine, gpu)
     spec = _spec(model_name)
@@ -68,13 +75,35 @@ def build_plan(
         quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype,
         max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=defaults.gpu_memory_utilization,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_num_seqs=cfg.max_num_seqs,
         block_size=defaults.block_size,
         expert_padding=padding,
     )
+    value = memory_fraction(cfg, fraction)
+    if cfg.engine == "trtllm":  # of the memory still free after the weights
+        memory = replace(memory, kv_cache_free_gpu_mem_fraction=value)
+    elif cfg.engine == "sglang":  # of the device, for weights and KV
+        memory = replace(memory, mem_fraction_static=value)
+    else:
+        memory = replace(memory, gpu_memory_utilization=value)
     return plan_memory(spec, gpu, cfg.parallelism, memory)
+
+
+def memory_fraction(cfg: ReplicaConfig, fraction: float | None) -> float:
+    """The value of ``cfg.engine``'s memory flag: ``fraction`` where the request gave one, else
+    the engine's default: vLLM's ``gpu_memory_utilization`` 0.9, TensorRT-LLM's
+    ``kv_cache_free_gpu_mem_fraction`` 0.9, SGLang's ``mem_fraction_static`` rule
+    (``specs/engines.py``)."""
+    if fraction is not None:
+        return fraction
+    if cfg.engine == "trtllm":
+        return TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION
+    gpu = load_gpu(cfg.gpu)
+    if cfg.engine == "sglang":
+        return sglang_mem_fraction_static(gpu, cfg.tp, cfg.pp)
+    return engine_defaults(cfg.engine, gpu).gpu_memory_utilization
 
 
 @cache
@@ -167,7 +196,7 @@ def replicas_lower_bound(bounds: Bounds, total_rate_req_s: float) -> int:
 
 
 def memory_prune(
-    model_name: str, cfg: ReplicaConfig, max_model_len: int, utilization: float
+    model_name: str, cfg: ReplicaConfig, max_model_len: int, utilization: float | None
 ) -> str | None:
     """Why the configuration cannot hold the model and one longest request, or None."""
     try:

@@ -49,7 +49,7 @@ def context_fingerprint(ctx: SearchContext) -> str:
         "traffic": [c.model_dump(mode="json", by_alias=True) for c in req.traffic],
         "load_scale": ctx.load_scale,
         "max_model_len": ctx.max_model_len,
-        "gpu_memory_utilization": req.gpu_memory_utilization,
+        "gpu_memory_utilization": req.memory_fraction,
         "search": settings,
     }
     if "trtllm" in req.engines:  # its runtime's costs (other requests keep their keys)

@@ -83,10 +83,10 @@ class Prepared:
 
 def prepare(ctx: SearchContext, cfg: ReplicaConfig) -> Prepared:
     req = ctx.request
-    why = bnd.memory_prune(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
+    why = bnd.memory_prune(req.model, cfg, ctx.max_model_len, req.memory_fraction)
     if why is not None:
         return Prepared(cfg, "memory", why, 0, {}, {})
-    plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
+    plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.memory_fraction)
     model = bnd.step_model(plan, cfg.engine, req.trtllm_runtime)
     bounds = bnd.compute_bounds(plan, model, req, list(ctx.stats))
     n_lb = bnd.replicas_lower_bound(bounds, ctx.total_rate_req_s)
@@ -130,7 +130,7 @@ class _Runner:
     def __init__(self, ctx: SearchContext, cfg: ReplicaConfig) -> None:
         req = ctx.request
         self.ctx, self.cfg = ctx, cfg
-        self.plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization)
+        self.plan = bnd.build_plan(req.model, cfg, ctx.max_model_len, req.memory_fraction)
         self.model: StepTimeModel = bnd.step_model(self.plan, cfg.engine, req.trtllm_runtime)
         self.frontend = runtime_frontend(cfg.engine, req.trtllm_runtime)
         self.num_simulations = 0

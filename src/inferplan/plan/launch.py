@@ -2,7 +2,11 @@
 
 vLLM (``vllm serve``, 0.11 flags), TensorRT-LLM (``trtllm-serve`` with the PyTorch backend:
 ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_num_tokens``,
-``--kv_cache_free_gpu_memory_fraction``). One command per replica; with several replicas,
+``--kv_cache_free_gpu_memory_fraction``), SGLang (``python -m sglang.launch_server``:
+``--tp-size``, ``--pp-size``, ``--ep-size``, ``--max-running-requests``,
+``--chunked-prefill-size``, ``--context-length``, ``--mem-fraction-static``). Each engine's
+memory flag carries the value its memory plan used (``plan/bounds.py`` ``memory_fraction``).
+One command per replica; with several replicas,
 the same command runs on each replica's GPUs behind a load balancer (the ``router``). Weight
 formats other than bf16/fp16/fp8 need a checkpoint already quantized that way (AWQ/GPTQ for
 int4, a W8A8 one for int8, an MXFP4/NVFP4 one for the fp4 formats): the command says so.
@@ -10,14 +14,20 @@ int4, a W8A8 one for int8, an MXFP4/NVFP4 one for the fp4 formats): the command 
 
 from __future__ import annotations
 
+from inferplan.plan.bounds import memory_fraction
 from inferplan.plan.space import ReplicaConfig
 
 _ONLINE_FORMATS = {"bf16": None, "fp16": None, "fp8": "fp8"}
 
 
-def launch_command(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
+def launch_command(
+    model: str, cfg: ReplicaConfig, max_model_len: int, fraction: float | None
+) -> str:
+    utilization = memory_fraction(cfg, fraction)
     if cfg.engine == "trtllm":
         return _trtllm(model, cfg, max_model_len, utilization)
+    if cfg.engine == "sglang":
+        return _sglang(model, cfg, max_model_len, utilization)
     return _vllm(model, cfg, max_model_len, utilization)
 
 
@@ -68,3 +78,26 @@ def _trtllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: flo
     if not note and cfg.quantization == "fp8":
         note = "  # fp8: an FP8 (ModelOpt) checkpoint of the model"
     return " ".join(parts) + note
+
+
+def _sglang(model: str, cfg: ReplicaConfig, max_model_len: int, fraction: float) -> str:
+    parts = [
+        f"python -m sglang.launch_server --model-path {model}",
+        f"--tp-size {cfg.tp}",
+        f"--pp-size {cfg.pp}",
+    ]
+    if cfg.ep:
+        parts.append(f"--ep-size {cfg.tp}")
+    if cfg.quantization in ("bf16", "fp16"):
+        parts.append(f"--dtype {'bfloat16' if cfg.quantization == 'bf16' else 'float16'}")
+    elif _ONLINE_FORMATS.get(cfg.quantization):
+        parts.append(f"--quantization {cfg.quantization}")
+    if cfg.kv_cache_dtype != "auto":
+        parts.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
+    parts += [
+        f"--max-running-requests {cfg.max_num_seqs}",
+        f"--chunked-prefill-size {cfg.max_num_batched_tokens}",
+        f"--context-length {max_model_len}",
+        f"--mem-fraction-static {fraction}",
+    ]
+    return " ".join(parts) + _checkpoint_note(cfg)

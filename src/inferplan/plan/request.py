@@ -168,6 +168,15 @@ class PlanRequest(_Strict):
     def peak_multiplier(self) -> float:
         return max(self.daily_profile)
 
+    @property
+    def memory_fraction(self) -> float | None:
+        """``gpu_memory_utilization`` where the request gives it (each engine's memory flag:
+        vLLM's utilization, TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``, SGLang's
+        ``mem_fraction_static``), else None: each engine's own default."""
+        if "gpu_memory_utilization" in self.model_fields_set:
+            return self.gpu_memory_utilization
+        return None
+
 
 def parse_request(data: Any, source: str, text: str = "") -> PlanRequest:
     """Validate a parsed YAML document; errors name ``source``, the line and the key."""

@@ -63,9 +63,7 @@ def plan_entry(result: SearchResult, cand: Candidate) -> dict[str, Any]:
         "memory": cand.prepared.memory,
         "compute": cand.prepared.bound,
         "simulations": ev["simulations"] + (cand.estimate or {}).get("simulations", 0),
-        "launch_command": launch_command(
-            req.model, cfg, ctx.max_model_len, req.gpu_memory_utilization
-        ),
+        "launch_command": launch_command(req.model, cfg, ctx.max_model_len, req.memory_fraction),
     }
 
 
