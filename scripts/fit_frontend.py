@@ -35,6 +35,7 @@ from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
+from inferplan.perf.vllm_moe import vllm_kernel_class
 from inferplan.plan.chat_stream import empty_chunks
 from inferplan.plan.folds import (
     error_rows,
@@ -127,7 +128,10 @@ def run_factors(name: str, kernel: str) -> list[float]:
 
 
 def run_class(run: list[PublishedRow]) -> str:
-    return plan_kernel_class(memory_plan(run_setup(run[0])))
+    """The run's kernel class; vLLM's BF16 MoE runs are ``experts`` (``perf/vllm_moe.py``)."""
+    plan = memory_plan(run_setup(run[0]))
+    kernel = plan_kernel_class(plan)
+    return vllm_kernel_class(plan, kernel) if ENGINES[run[0].engine] == "vllm" else kernel
 
 
 def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[str, Table]:

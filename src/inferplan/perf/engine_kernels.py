@@ -20,6 +20,10 @@ reference) and for ``bf16`` (the family constants' own kernels); a non-BF16 clas
 no factor for takes the geometric mean of the engine's fitted factors (``unseen_factor``): its
 other quantized and MLA kernels are the best evidence of how its kernels compare with
 TensorRT-LLM's, not TensorRT-LLM's own (vLLM's fitted 0.3-0.75 against 1).
+
+``experts`` is vLLM's BF16 MoE class (``perf/vllm_moe.py``: its routed experts in its Triton
+fused-MoE kernel, its dense GEMMs in cuBLAS): its factor scales the experts' grouped-GEMM
+fraction (``moe_gemm``) only, and where an engine has none it is 1, as ``bf16``'s.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
 from inferplan.specs.model import ModelSpec
 
-KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla")
+KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla", "experts")
+# Classes that run the family's own BF16 kernels where an engine has no factor for them.
+REFERENCE_CLASSES = ("bf16", "experts")
 
 
 def kernel_class(spec: ModelSpec, weight_formats: tuple[str, ...]) -> str:
@@ -77,18 +83,22 @@ def bundled_kernels() -> dict[str, dict[str, float]]:
 
 def scale_kernels(eff: Efficiency, factor: float, kernel: str = "bf16") -> Efficiency:
     """``eff`` with its GEMM compute fraction times ``factor`` (the weight format's kernels:
-    prefill), and its attention compute too for ``mla`` (MLA's own attention kernels); weight
-    and KV streaming (decode) keep the family's."""
+    prefill), and its attention compute too for ``mla`` (MLA's own attention kernels); for
+    ``experts`` its routed experts' grouped-GEMM fraction alone. Weight and KV streaming
+    (decode) keep the family's."""
     if factor == 1.0:
         return eff
+    if kernel == "experts":
+        return replace(eff, moe_gemm=eff.moe_gemm * factor)
     attention = eff.attention_compute * (factor if kernel == "mla" else 1.0)
     return replace(eff, gemm_compute=eff.gemm_compute * factor, attention_compute=attention)
 
 
 def unseen_factor(factors: dict[str, float]) -> float:
     """The factor of a non-BF16 kernel class an engine has no fitted factor for: the
-    geometric mean of its fitted ones (1 where it has none)."""
-    values = [v for v in factors.values() if v > 0]
+    geometric mean of its fitted ones (1 where it has none), ``experts`` aside (its factor is
+    on the routed experts alone)."""
+    values = [v for k, v in factors.items() if v > 0 and k != "experts"]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
 
 
@@ -96,7 +106,7 @@ def engine_factor(factors: dict[str, float], kernel: str) -> float:
     """``kernel``'s factor from an engine class's fitted ``factors`` (module docstring)."""
     if kernel in factors:
         return factors[kernel]
-    return 1.0 if kernel == "bf16" else unseen_factor(factors)
+    return 1.0 if kernel in REFERENCE_CLASSES else unseen_factor(factors)
 
 
 def with_engine_kernels(eff: Efficiency, engine_class: str | None, kernel: str) -> Efficiency:

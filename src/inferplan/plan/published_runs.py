@@ -60,6 +60,7 @@ from inferplan.plan.served import (
     trtllm_release,
     with_async_scheduling,
     with_overlap_schedule,
+    with_vllm_configs,
 )
 from inferplan.plan.trtllm_bench import trtllm_bench_limits
 from inferplan.plan.trtllm_serve import (
@@ -298,6 +299,8 @@ def run_step_model(
     """The run's step-time model: its engine release's constants and decode CUDA graphs."""
     engine, version = ENGINES[first.engine], first.engine_version
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
+    if efficiency is not None:  # the deployment's fused-MoE configs, on fitted constants too
+        eff = with_vllm_configs(eff, plan, engine)
     if first.settings.get("async_scheduling") == "true":  # on fitted constants too
         eff = with_async_scheduling(eff, engine)
     disabled = first.settings.get("disable_overlap_schedule") == "true"

@@ -5,7 +5,9 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
 - **Host costs per step and sequence**: TensorRT-LLM's, by release, fitted to its throughput
   rows by ``scripts/fit_published.py`` (``data/published_cpu_costs.yaml``); vLLM v1's and
   SGLang's fitted to their served latency rows (``perf/engine_overheads.py``).
-- **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only.
+- **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only; vLLM's
+  BF16 MoE runs are their own class, and without a tuned fused-MoE config for the shape their
+  experts run at half the rate (``perf/vllm_moe.py``).
 - **SGLang's overlap scheduler** (on by default): its host work hides behind the GPU's
   (``with_overlap_schedule``).
 - **Decode CUDA graphs**: the engine's default capture sizes (``perf/cudagraph.py``), except
@@ -28,6 +30,7 @@ from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.perf.vllm_moe import vllm_kernel_class, with_fused_moe_configs
 from inferplan.specs.engines import sglang_cuda_graph_max_bs
 
 
@@ -67,9 +70,19 @@ def served_efficiency(
     """``family`` as ``engine`` runs ``plan``: its host costs and its kernel factor (and, with
     ``async_scheduling``, vLLM v1's host work behind the GPU's: ``with_async_scheduling``)."""
     eff = host_efficiency(family, engine, version)
-    eff = with_engine_kernels(eff, overhead_class(engine, version), plan_kernel_class(plan))
+    kernel = plan_kernel_class(plan)
+    if engine == "vllm":
+        kernel = vllm_kernel_class(plan, kernel)
+    eff = with_engine_kernels(eff, overhead_class(engine, version), kernel)
+    eff = with_vllm_configs(eff, plan, engine)
     eff = with_overlap_schedule(eff, engine)
     return with_async_scheduling(eff, engine) if async_scheduling else eff
+
+
+def with_vllm_configs(eff: Efficiency, plan: MemoryPlan, engine: str) -> Efficiency:
+    """``eff`` with vLLM's fused-MoE configs as it ships them (``perf/vllm_moe.py``
+    ``with_fused_moe_configs``); other engines: ``eff`` unchanged."""
+    return with_fused_moe_configs(eff, plan) if engine == "vllm" else eff
 
 
 def with_overlap_schedule(eff: Efficiency, engine: str, disabled: bool = False) -> Efficiency:
