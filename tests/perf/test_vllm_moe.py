@@ -56,7 +56,8 @@ def test_untuned_means_a_listed_device_without_the_shape() -> None:
     assert is_untuned(_plan("GLM-4.6", "h200_sxm_141gb", 8))  # E=160,N=192: no H200 file
     assert is_untuned(_plan("GLM-4.5-Air", "a100_sxm_80gb", 4))  # E=128,N=352: none on A100
     assert not is_untuned(_plan("Qwen3-235B-A22B", "h100_sxm_80gb", 8))  # E=128,N=192 ships
-    assert not is_untuned(_plan("GLM-4.5-Air", "h200_sxm_141gb", 4))  # E=128,N=352 on H200
+    assert not is_untuned(_plan("Qwen3-235B-A22B", "h200_sxm_141gb", 8))  # E=128,N=192 on H200
+    assert not is_untuned(_plan("GLM-4.6", "rtx4090", 8))  # a device without a listing
     assert not is_untuned(_plan("Qwen3-14B", "h200_sxm_141gb", 1))  # dense: nothing to look up
 
 
