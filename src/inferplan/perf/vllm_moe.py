@@ -5,7 +5,9 @@ not in the CUTLASS grouped GEMMs of TensorRT-LLM that the GPU family's ``moe_gem
 fitted to (``perf/efficiency.py``), while its dense GEMMs run in cuBLAS as TensorRT-LLM's do. So
 a vLLM BF16 MoE run is its own kernel class, ``experts`` (``vllm_kernel_class``): its factor
 scales the routed experts' grouped-GEMM fraction only (``perf/engine_kernels.py``
-``scale_kernels``), fitted by ``scripts/fit_frontend.py`` as the other classes are.
+``scale_kernels``), fitted by ``scripts/fit_frontend.py`` as the other classes are; at most 1,
+and the tuned kernel's best is about half the dense peak (vllm-project/vllm#24700: Mixtral's
+E=8, N=7168 config on H100, 541 GFLOP of 1,536 tokens' expert GEMMs in 1.12 ms).
 
 The kernel's tile sizes come from a JSON file per shape and device
 (``fused_moe.py`` ``try_get_optimal_moe_config``: ``E, _, N = w2_shape``, the experts a rank
