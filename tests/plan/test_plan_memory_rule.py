@@ -3,6 +3,8 @@ value it used in the engine's own launch flag."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inferplan.memory.plan import MemoryConfig, plan_memory
@@ -21,13 +23,13 @@ def _cfg(engine: str) -> ReplicaConfig:
     return ReplicaConfig(0, "h100", 1, 1, False, "bf16", "auto", engine, 256, 8192, 8, 8)
 
 
-def _direct(engine: str, **rule: float) -> MemoryConfig:
+def _direct(engine: str) -> MemoryConfig:
     gpu = load_gpu("h100")
     d = engine_defaults(engine, gpu)
     return MemoryConfig(
         quantization="bf16", kv_cache_dtype="auto", max_model_len=8192,
         gpu_memory_utilization=d.gpu_memory_utilization, max_num_batched_tokens=8192,
-        max_num_seqs=256, block_size=d.block_size, **rule,
+        max_num_seqs=256, block_size=d.block_size,
     )  # fmt: skip
 
 
@@ -43,7 +45,14 @@ def test_default_rule_is_the_engines(engine: str, rule: dict[str, float]) -> Non
     cfg = _cfg(engine)
     plan = build_plan(MODEL, cfg, 8192, None)
     spec, gpu = load_model(MODEL), load_gpu("h100")
-    want = plan_memory(spec, gpu, cfg.parallelism, _direct(engine, **rule))
+    memory = _direct(engine)
+    if "kv_cache_free_gpu_mem_fraction" in rule:
+        memory = replace(
+            memory, kv_cache_free_gpu_mem_fraction=rule["kv_cache_free_gpu_mem_fraction"]
+        )
+    if "mem_fraction_static" in rule:
+        memory = replace(memory, mem_fraction_static=rule["mem_fraction_static"])
+    want = plan_memory(spec, gpu, cfg.parallelism, memory)
     assert plan.num_blocks == want.num_blocks
 
 
