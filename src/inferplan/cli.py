@@ -214,6 +214,7 @@ def roofline(
 @classpool_options
 @prefix_options
 @kv_tier_options
+@speculative_options
 @json_option
 def simulate(
     deployment: DeploymentFlags,
@@ -223,6 +224,7 @@ def simulate(
     classpool: ClassPoolFlags,
     prefix: PrefixFlags,
     tiers: KvTierFlags,
+    speculative: SpeculativeFlags,
     max_concurrency: int | None,
     scheduler: str,
     num_scheduler_steps: int,
@@ -256,6 +258,7 @@ def simulate(
         enable_prefix_caching=enable_prefix_caching,
         admission=admission.config(scheduling_policy, workload.seed, disagg.disaggregate),
         schedule_conservativeness=schedule_conservativeness,
+        speculative=speculative.simulation(workload.seed, disagg.disaggregate),
         **tiers.serving_fields(),
     )
     shapes = {

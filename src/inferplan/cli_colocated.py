@@ -86,4 +86,5 @@ def simulate_colocated(
     if result.records.cached_tokens is not None:
         summary["prefix_cache_replicas"] = replica_hits_json(result.prefix_caches)
     summary.update({} if result.kv_tiers is None else {"kv_tiers": result.kv_tiers})
+    summary.update({} if result.speculative is None else {"speculative": result.speculative})
     return summary

@@ -12,6 +12,7 @@ import click
 
 from inferplan.cli_checks import bounded
 from inferplan.cli_flags import option_group
+from inferplan.engine.speculation import SimSpeculation
 from inferplan.errors import InferplanError
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -85,6 +86,16 @@ class SpeculativeFlags:
         except InferplanError as err:  # the catalog's message names --model
             reason = str(err).removeprefix("--model: ")
             raise InferplanError(f"--speculative-model: {reason}") from None
+
+    def simulation(self, seed: int, disaggregate: bool) -> SimSpeculation | None:
+        """``simulate``'s speculative decoding, its acceptances drawn from ``--seed``'s
+        streams (``engine/speculation.py``), or None when off."""
+        config = self.config()
+        if config is None:
+            return None
+        if disaggregate:
+            raise InferplanError("--speculative-method: not emulated with --disaggregate")
+        return SimSpeculation(config, seed)
 
     def model(self, step_model: StepTimeModel) -> SpeculativeModel | None:
         config = self.config()

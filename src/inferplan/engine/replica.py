@@ -29,6 +29,7 @@ from inferplan.engine.offload import KvOffload
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
+from inferplan.engine.speculation import SpecDecode
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
 from inferplan.memory.ownblocks import OwnBlocks
@@ -165,6 +166,9 @@ class Replica:
         )
         self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
         self.scheduler.offload = self.offload
+        # Speculative decoding (``engine/speculation.py``): set by the simulation; its steps
+        # are timed and emitted there, one at a time.
+        self.spec: SpecDecode | None = None
         # Copies of evicted entries: full-attention pools only (a windowed hit needs its
         # windowed parts in HBM, which are not copied).
         cache = prefix_cache
@@ -321,9 +325,11 @@ class Replica:
                 self.now += offload.write_wait_s(self.now, self.pool.free)
             return
         self.scheduler.note_steps(1, prefill_only=plan.prefill_only)
-        batch = self._batch(plan.sched)
         self.count_idle_slots(1)
-        duration = self.step_s(batch) + plan.swap_s
+        if self.spec is None:
+            duration = self.step_s(self._batch(plan.sched)) + plan.swap_s
+        else:
+            duration = self.spec.step_seconds(self.running, plan.sched) + plan.swap_s
         if offload is not None:
             duration = offload.step_s(duration, self.pool.free)
         self.trace.record(self.now, self.used_blocks)
@@ -347,6 +353,9 @@ class Replica:
         )
 
     def _finish_step(self, sched: np.ndarray, duration: float) -> None:
+        if self.spec is not None:  # drafts verified: each row emits what it accepted
+            self.spec.finish_step(self, sched, duration)
+            return
         run = self.running
         np.add(run.num_computed, sched, out=run.num_computed)
         emits = (sched > 0) & (run.num_computed == run.num_tokens)

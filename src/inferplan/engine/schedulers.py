@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from inferplan.engine.admission import Admission
     from inferplan.engine.offload import KvOffload
     from inferplan.engine.replica import SchedulerConfig
+    from inferplan.engine.speculation import SpecDecode
 
 IntArray = npt.NDArray[np.int64]
 Swapped = deque[tuple[int, int, int, int]]  # id, computed, tokens, held blocks
@@ -84,6 +85,9 @@ class Scheduler:
     admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
     pops_last_admitted = True  # preemption victims: the last admitted (the vector step's order)
     offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
+    # Speculative decoding (``engine/speculation.py``), set by the replica: a decoding row is
+    # scheduled for its ``k`` drafts too, and a running row's blocks cover ``k`` lookahead slots.
+    spec: SpecDecode | None = None
 
     def __init__(
         self,
@@ -332,11 +336,12 @@ class Scheduler:
     # ---- running pass -----------------------------------------------------------------------
 
     def schedule_running(self) -> StepDecision:
-        run, pool = self.running, self.pool
-        need = run.num_tokens - run.num_computed
+        run, pool, spec = self.running, self.pool, self.spec
+        need = run.num_tokens - run.num_computed if spec is None else spec.need(run)
         cum = np.cumsum(need)
         sched = np.minimum(need, np.maximum(self.cfg.max_num_batched_tokens - (cum - need), 0))
-        new_blocks = np.maximum(pool.blocks_for(run.num_computed + sched) - run.held_blocks, 0)
+        slots = run.num_computed + sched if spec is None else spec.slots(run.num_computed, sched)
+        new_blocks = np.maximum(pool.blocks_for(slots) - run.held_blocks, 0)
         if int(new_blocks.sum()) <= pool.free:
             pool.free -= int(new_blocks.sum())
             run.held_blocks = run.held_blocks + new_blocks
@@ -352,13 +357,14 @@ class Scheduler:
         budget, start, swap_s = self.cfg.max_num_batched_tokens, 0, 0.0
         granted_tokens = np.zeros(len(run), dtype=np.int64)
         victims: list[int] = []
+        spec = self.spec
         while start < len(run) and budget > 0:
-            need = run.num_tokens[start:] - run.num_computed[start:]
+            computed = run.num_computed[start:]
+            need = run.num_tokens[start:] - computed if spec is None else spec.need(run)[start:]
             cum = np.cumsum(need)
             sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
-            new_blocks = np.maximum(
-                pool.blocks_for(run.num_computed[start:] + sched) - run.held_blocks[start:], 0
-            )
+            slots = computed + sched if spec is None else spec.slots(computed, sched)
+            new_blocks = np.maximum(pool.blocks_for(slots) - run.held_blocks[start:], 0)
             failing = np.flatnonzero(np.cumsum(new_blocks) > pool.free)
             granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
             pool.free -= int(new_blocks[:granted].sum())

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.engine.speculation import SimSpeculation
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import FULL_ATTENTION, pool_layout
 from inferplan.memory.plan import MemoryPlan
@@ -50,6 +51,8 @@ class ServingOptions:
     # TensorRT-LLM's ``enable_chunked_prefill`` (off by default in its LLM API and
     # ``trtllm-serve``): contexts chunked first come first served (``TrtllmChunkedScheduler``).
     trtllm_chunked_prefill: bool = False
+    # Speculative decoding (``engine/speculation.py``): vLLM v1 only; None: off.
+    speculative: SimSpeculation | None = None
 
     @property
     def prefix_caching(self) -> bool:
@@ -116,6 +119,7 @@ class ServingOptions:
             self.admission.check(self.engine, self.scheduler, self.scheduling_policy)
         self._check_conservativeness()
         self._check_kv_tiers()
+        self._check_speculative()
         if self.data_parallel_size < 1:
             raise InferplanError(
                 f"--data-parallel-size: must be >= 1, got {self.data_parallel_size}"
@@ -144,6 +148,19 @@ class ServingOptions:
                 "--kv-tiers: emulated for vLLM v1 only (--engine vllm, --scheduler continuous, "
                 "--preemption-mode recompute)"
             )
+
+    def _check_speculative(self) -> None:
+        if self.speculative is None:
+            return
+        if (self.engine, self.scheduler) != ("vllm", "continuous"):
+            raise InferplanError(
+                "--speculative-method: emulated in the simulator for vLLM v1 only (--engine "
+                "vllm, --scheduler continuous)"
+            )
+        admission = self.admission is not None and self.admission.is_active
+        if self.kv_tiers or admission:
+            flag = "--kv-tiers" if self.kv_tiers else "--admission"
+            raise InferplanError(f"{flag}: not emulated with --speculative-method")
 
 
 def offload_config(plan: MemoryPlan, options: ServingOptions, block_bytes: float) -> OffloadConfig:
@@ -265,4 +282,5 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         max_concurrency=options.max_concurrency,
         exact=options.exact,
         admission=options.admission,
+        speculative=options.speculative,
     )

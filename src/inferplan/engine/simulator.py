@@ -33,6 +33,12 @@ from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
+from inferplan.engine.speculation import (
+    SimSpeculation,
+    SpecDecode,
+    SpecStepTimes,
+    speculation_summary,
+)
 from inferplan.engine.thrash import doomed_cycles
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
@@ -67,6 +73,8 @@ class SimulationConfig:
     # Admission control, length predictors and SPF aging (``engine/admission.py``); None: the
     # engine's own admission and the true output lengths for SPF.
     admission: AdmissionConfig | None = None
+    # Speculative decoding (``engine/speculation.py``); None: off.
+    speculative: SimSpeculation | None = None
 
 
 @dataclass
@@ -84,6 +92,7 @@ class SimulationResult:
     # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
     prefix_caches: list[PrefixCache | None] = field(default_factory=list)
     kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
+    speculative: dict[str, Any] | None = None  # with speculation: ``speculation_summary``
 
 
 def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
@@ -182,7 +191,18 @@ class Simulation:
                     self.ledger, replica.pool, self.records, replica.on_finish
                 )
                 scheduler.admission.offload = replica.offload
+        if cfg.speculative is not None:
+            self._speculate(replicas, model, cfg.speculative)
         return replicas
+
+    def _speculate(
+        self, replicas: list[Replica], model: StepTimeModel, speculative: SimSpeculation
+    ) -> None:
+        """Speculative decoding on every replica (``engine/speculation.py``): steps one at a
+        time (no vector step, no stretch), one cache of step plans for all."""
+        times = SpecStepTimes(model, speculative.config)
+        for replica in replicas:
+            SpecDecode(speculative, times, self.cfg.max_model_len).attach(replica)
 
     def _own_arrivals(self) -> RoutedArrivals | None:
         """Each replica's own arrivals, where routing is known before the run (round robin,
@@ -220,7 +240,11 @@ class Simulation:
         wl, sched = self.workload, self.cfg.scheduler
         total = wl.input_tokens + wl.output_tokens
         reserves_all = self.scheduler_kind.reserves_whole_request
-        unschedulable = self.pool.blocks_for(total - (0 if reserves_all else 1)) > sched.num_blocks
+        largest = total - (0 if reserves_all else 1)
+        if self.cfg.speculative is not None:  # the last verify's drafts and lookahead slots
+            extra = self.cfg.speculative.max_extra_slots
+            largest = np.minimum(largest + extra, self.cfg.max_model_len)
+        unschedulable = self.pool.blocks_for(largest) > sched.num_blocks
         if self.scheduler_kind.whole_prompts:
             unschedulable |= wl.input_tokens > sched.max_num_batched_tokens
         is_routed: np.ndarray = ~((total > self.cfg.max_model_len) | unschedulable)
@@ -336,8 +360,9 @@ class Simulation:
             # Transfers in flight: exact steps (a stretch would run past their ends).
             self._step_or_wait(replica, next_arrival_s)
             return
-        if self.cfg.exact or not stretches.can_stretch():
-            if not self.cfg.exact and self._doomed_cycles(replica, next_arrival_s):
+        stepwise = self.cfg.exact or replica.spec is not None  # speculation: no stretches yet
+        if stepwise or not stretches.can_stretch():
+            if not stepwise and self._doomed_cycles(replica, next_arrival_s):
                 return
             self._step_or_wait(replica, next_arrival_s)
             return
@@ -506,7 +531,12 @@ class Simulation:
             admission=self.ledger,
             prefix_caches=[r.pool.cache for r in self.replicas],
             kv_tiers=self._kv_tiers(duration),
+            speculative=self._speculative(),
         )
+
+    def _speculative(self) -> dict[str, Any] | None:
+        specs = [r.spec for r in self.replicas if r.spec is not None]
+        return speculation_summary(specs) if specs else None
 
     def _kv_tiers(self, duration_s: float) -> dict[str, Any] | None:
         offloads = [r.offload for r in self.replicas if r.offload is not None]

@@ -49,8 +49,11 @@ class StepSeconds:
     """``model.step_time(batch).total_s`` for the engine's steps, cached per batch shape for a
     ``RooflineModel`` (the module docstring); any other model is asked each time."""
 
-    def __init__(self, model: StepTimeModel) -> None:
+    def __init__(self, model: StepTimeModel, num_draft_tokens: int = 0) -> None:
         self.model = model
+        # Speculative decoding's verify (``engine/speculation.py``): every decoding sequence of
+        # every step this instance times runs ``1 + num_draft_tokens`` query rows.
+        self.num_draft_tokens = num_draft_tokens
         # Plans for the roofline only, and only where the context cannot change the operators:
         # a sliding window that saturates (``context >= seqs x window``) swaps its attention
         # operator, so windowed models are asked every step, as before.
@@ -101,6 +104,7 @@ class StepSeconds:
                 num_prefill_seqs,
                 num_decode_seqs,
                 decode_context_tokens,
+                num_draft_tokens=self.num_draft_tokens,
             )
             if roofline is None:
                 return self.model.step_time(batch).total_s
