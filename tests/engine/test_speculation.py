@@ -250,7 +250,7 @@ def spec_cases(draw: st.DrawFn) -> tuple[harness.Case, SimSpeculation]:
     return case, spec
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=spec_cases())
 def test_fast_mode_equals_exact_mode_with_speculation(
     setup: tuple[harness.Case, SimSpeculation],
@@ -299,3 +299,22 @@ def test_simulate_rejects_what_is_not_emulated(
     code, _, err = run(capsys, *SIM, *EAGLE3, *rate, *extra)
     assert code != 0
     assert flag in assert_one_line_error(err)
+
+
+def test_speculative_stretches_run_many_steps_at_once() -> None:
+    """Fast mode's speculative stretches are real (``engine/specstretch.py``), and their
+    steps match the exact run's bit for bit (the same step seconds added in the same order)."""
+    wl = _workload(num=30)
+    calls = 0
+
+    def count(_replica: object) -> None:
+        nonlocal calls
+        calls += 1
+
+    fast = Simulation(wl, _config(_spec(k=3, a=0.7)), _model()).run(check=count)
+    exact = Simulation(wl, _config(_spec(k=3, a=0.7), exact=True), _model()).run()
+    assert calls * 5 < fast.num_steps
+    assert fast.num_steps == exact.num_steps
+    for name in ("first_token_s", "finish_s", "max_itl_s"):
+        np.testing.assert_array_equal(getattr(fast.records, name), getattr(exact.records, name))
+    assert fast.speculative == exact.speculative

@@ -33,6 +33,7 @@ from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
+from inferplan.engine.specstretch import can_spec_stretch, spec_stretch
 from inferplan.engine.speculation import (
     SimSpeculation,
     SpecDecode,
@@ -360,9 +361,13 @@ class Simulation:
             # Transfers in flight: exact steps (a stretch would run past their ends).
             self._step_or_wait(replica, next_arrival_s)
             return
-        stepwise = self.cfg.exact or replica.spec is not None  # speculation: no stretches yet
-        if stepwise or not stretches.can_stretch():
-            if not stepwise and self._doomed_cycles(replica, next_arrival_s):
+        spec = replica.spec  # speculative decoding: its own stretches (``engine/specstretch.py``)
+        if spec is None:
+            stepwise = self.cfg.exact or not stretches.can_stretch()
+        else:
+            stepwise = self.cfg.exact or not can_spec_stretch(replica, spec)
+        if stepwise:
+            if not self.cfg.exact and spec is None and self._doomed_cycles(replica, next_arrival_s):
                 return
             self._step_or_wait(replica, next_arrival_s)
             return
@@ -379,6 +384,10 @@ class Simulation:
         # A step starting within rounding of the bound counts as starting at it (it sees it).
         if next_arrival_s < math.inf:
             next_arrival_s -= same_time_s(next_arrival_s)
+        if spec is not None:
+            if spec_stretch(replica, spec, next_arrival_s) == 0:
+                replica.step()
+            return
         if chain and preemption_chain(replica, next_arrival_s, preempting=False):
             return  # the loop below, at once (``engine/chain.py``)
         while True:

@@ -89,20 +89,42 @@ class AcceptanceStreams:
 
     def __init__(self, seed: int, acceptance: float, num_drafts: int) -> None:
         self.seed, self.acceptance, self.num_drafts = seed, acceptance, num_drafts
-        # request id -> (its generator, its current block of draws, the next draw's index)
-        self._streams: dict[int, tuple[np.random.Generator, list[int], int]] = {}
+        # request id -> [its generator, draws made and not yet used (a list), the next one's
+        # index in it]. Draws come in blocks of ``DRAWS_PER_BLOCK`` from the generator, so
+        # the sequence does not depend on how far ahead anyone looked.
+        self._streams: dict[int, list[Any]] = {}
+
+    def _stream(self, rid: int, count: int) -> list[Any]:
+        """``rid``'s stream with at least ``count`` draws ready."""
+        stream = self._streams.get(rid)
+        if stream is None:
+            stream = [np.random.default_rng([self.seed, SPEC_STREAM, rid]), [], 0]
+            self._streams[rid] = stream
+        gen, ready, cursor = stream
+        if len(ready) - cursor < count:
+            ready = ready[cursor:]
+            while len(ready) < count:
+                uniform = 1.0 - gen.random(DRAWS_PER_BLOCK)  # (0, 1]: log is finite
+                ready += accepted_drafts(uniform, self.acceptance, self.num_drafts).tolist()
+            stream[1], stream[2] = ready, 0
+        return stream
 
     def draw(self, rid: int) -> int:
         """The accepted drafts of ``rid``'s next verify of ``num_drafts`` drafts."""
-        stream = self._streams.get(rid)
-        if stream is None:
-            stream = (np.random.default_rng([self.seed, SPEC_STREAM, rid]), [], 0)
-        gen, block, cursor = stream
-        if cursor == len(block):
-            uniform = 1.0 - gen.random(DRAWS_PER_BLOCK)  # (0, 1]: log is finite
-            block, cursor = accepted_drafts(uniform, self.acceptance, self.num_drafts).tolist(), 0
-        self._streams[rid] = (gen, block, cursor + 1)
-        return block[cursor]
+        stream = self._stream(rid, 1)
+        stream[2] += 1
+        value: int = stream[1][stream[2] - 1]
+        return value
+
+    def peek(self, rid: int, count: int) -> list[int]:
+        """``rid``'s next ``count`` draws, not used up (``advance`` uses them)."""
+        stream = self._stream(rid, count)
+        ahead: list[int] = stream[1][stream[2] : stream[2] + count]
+        return ahead
+
+    def advance(self, rid: int, count: int) -> None:
+        """Use up ``rid``'s next ``count`` draws (after ``peek``)."""
+        self._stream(rid, count)[2] += count
 
     def forget(self, rid: int) -> None:
         """A finished request draws no more."""
