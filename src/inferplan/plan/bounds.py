@@ -149,34 +149,45 @@ def compute_bounds(
             num_prefill_seqs=1,
         )
     )
-    decode_rate = batch / decode.total_s / max(mean_out, 1.0)
+    # Speculative decoding emits up to 1 + k tokens a step, and a step costs no less than the
+    # plain one: the bounds divide the plain decode's time per token by 1 + k.
+    spec = request.speculative
+    per_step = 1 if spec is None else 1 + spec.num_speculative_tokens
+    decode_rate = batch / decode.total_s / max(mean_out, 1.0) * per_step
     prefill_rate = budget / prefill.total_s / max(mean_in, 1.0)
     single = model.step_time(StepBatch(num_decode_seqs=1, decode_context_tokens=1)).total_s
     rates = np.array([c.request_rate for c in request.traffic])
     token_steps = float(np.dot(rates / rates.sum(), [s.kv_token_steps for s in stats]))
-    kv_rate = plan.kv_capacity_tokens / (token_steps * single)
+    kv_rate = plan.kv_capacity_tokens / (token_steps * single) * per_step
     return Bounds(
         max_rate_req_s=min(decode_rate, prefill_rate, kv_rate),
         decode_batch=batch,
         decode_step_s=decode.total_s,
         min_decode_step_s=single,
         bound=decode.bound,
-        slo_violation=_latency_violation(model, request, stats, single),
+        slo_violation=_latency_violation(model, request, stats, single, per_step),
     )
 
 
 def _latency_violation(
-    model: StepTimeModel, request: PlanRequest, stats: list[LengthStats], single_s: float
+    model: StepTimeModel,
+    request: PlanRequest,
+    stats: list[LengthStats],
+    single_s: float,
+    tokens_per_step: int = 1,
 ) -> str | None:
     for cls, st in zip(request.traffic, stats, strict=True):
         for target in class_targets(cls.slo):
             if target.limit_s is None or target.percentile is None:
                 continue
             pct = target.percentile
-            if target.metric in ("tpot", "itl"):
+            if target.metric == "itl":  # one step, whatever it emits
                 floor_s = single_s
+            elif target.metric == "tpot":
+                floor_s = single_s / tokens_per_step
             elif target.metric == "e2el":
-                floor_s = max(float(np.percentile(st.outputs, pct)) - 1, 0) * single_s
+                tokens = max(float(np.percentile(st.outputs, pct)) - 1, 0)
+                floor_s = tokens * single_s / tokens_per_step
             else:
                 tokens = int(np.percentile(st.inputs, pct))
                 floor_s = model.step_time(

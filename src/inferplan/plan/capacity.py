@@ -30,10 +30,12 @@ import numpy as np
 from inferplan.engine.frontend import seen_result
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.simulator import Simulation, SimulationResult
+from inferplan.engine.speculation import SimSpeculation
 from inferplan.engine.tokenizer_stage import at_client_times, tokenizer_delays
 from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.latency import request_latencies
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.speculative import SpeculativeConfig, acceptance_for_length
 from inferplan.plan import bounds as bnd
 from inferplan.plan import slo
 from inferplan.plan.early_stop import CertainMissError, MissWatch
@@ -167,6 +169,7 @@ class _Runner:
             data_parallel_size=replicas,
             router=self.ctx.request.search.router,
             engine=self.cfg.engine,
+            speculative=speculation(self.ctx.request),
         )
         # Requests reach the scheduler after the tokenizer stage (engine/tokenizer_stage.py,
         # ``simulate_tokenized``); the records go back on the client's clock after the run.
@@ -344,3 +347,16 @@ def stress(ctx: SearchContext, cfg: ReplicaConfig, replicas: int, factor: float)
         ],
         "fleet": fleet_json(checks, result, runner.names),
     }
+
+
+def speculation(request: PlanRequest) -> SimSpeculation | None:
+    """The request file's speculative decoding for the simulations (``engine/speculation.py``),
+    its acceptances drawn from the search's seed; None when the file has none."""
+    spec = request.speculative
+    if spec is None:
+        return None
+    k = spec.num_speculative_tokens
+    rate = spec.acceptance_rate
+    if rate is None:
+        rate = acceptance_for_length(float(spec.accept_length or 1.0), k)
+    return SimSpeculation(SpeculativeConfig(spec.method, k, rate), request.search.seed)

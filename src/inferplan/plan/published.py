@@ -301,9 +301,10 @@ def skip_reason(row: PublishedRow) -> str | None:
         return f"weights {row.weights_dtype!r} not modelled"
     if any(k.startswith("speculative") for k in row.settings):
         return (
-            "speculative decoding is not simulated by validate: the rows do not state the "
-            "acceptance (accept length), none is published for their draft model and dataset, "
-            "and it is never fitted to them (docs/modeling.md section 15)"
+            "speculative decoding is not simulated by validate: simulate emulates vLLM v1's "
+            "chain drafting, these rows draft trees (topk > 1) and do not state the acceptance "
+            "(accept length), none is published for their draft model and dataset, and it is "
+            "never fitted to them (docs/modeling.md section 15)"
         )
     if row.scenario == "concurrency" and row.max_concurrency is None:
         return "concurrency scenario without max_concurrency"

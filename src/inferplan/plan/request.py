@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from inferplan.errors import InferplanError
 from inferplan.textfile import read_user_text
 
+SPEC_METHODS = ("eagle", "eagle3", "mtp")  # drafters inside the target (perf/speculative.py)
 SLO_KEY = re.compile(r"^(ttft|tpot|itl|e2el)_p(\d+(?:\.\d+)?)_(ms|s)$")
 DATASETS = ("reasoning", "servegen", "trace")
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -132,6 +133,39 @@ class SearchSettings(_Strict):
     router: str = "round_robin"
 
 
+class Speculation(_Strict):
+    """Speculative decoding on every candidate (vLLM v1; ``engine/speculation.py``): the
+    drafter, ``k`` drafts per step, and the acceptance per drafted token or the mean tokens a
+    step emits (vLLM's mean acceptance length, bonus token included)."""
+
+    method: str
+    num_speculative_tokens: int = Field(ge=1, le=32)
+    acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    accept_length: float | None = Field(default=None, ge=1, allow_inf_nan=False)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        if value not in SPEC_METHODS:
+            raise ValueError(
+                f"unknown method {value!r}; valid: {', '.join(SPEC_METHODS)} (a separate draft "
+                "model: inferplan simulate --speculative-method draft)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_acceptance(self) -> Speculation:
+        if (self.acceptance_rate is None) == (self.accept_length is None):
+            raise ValueError("give exactly one of acceptance_rate (0-1) or accept_length")
+        length = self.accept_length
+        if length is not None and length > self.num_speculative_tokens + 1:
+            raise ValueError(
+                f"accept_length {length:g} exceeds num_speculative_tokens + 1 = "
+                f"{self.num_speculative_tokens + 1}"
+            )
+        return self
+
+
 class PlanRequest(_Strict):
     model: str = Field(min_length=1)
     traffic: list[TrafficClass] = Field(min_length=1)
@@ -156,6 +190,7 @@ class PlanRequest(_Strict):
     search: SearchSettings = SearchSettings()
     # engine trtllm as trtllm-serve runs it (None: the default) or trtllm-bench
     trtllm_runtime: Literal["trtllm-serve", "trtllm-bench"] | None = None
+    speculative: Speculation | None = None  # None: no speculative decoding
 
     @field_validator("daily_profile")
     @classmethod
@@ -199,6 +234,10 @@ def parse_request(data: Any, source: str, text: str = "") -> PlanRequest:
         raise InferplanError(
             f"{where}: trtllm_runtime: applies to engine trtllm only (engines: "
             f"{', '.join(request.engines)})"
+        )
+    if request.speculative is not None and set(request.engines) != {"vllm"}:
+        raise InferplanError(
+            f"{source}: speculative: emulated for vLLM v1 only; set engines: [vllm]"
         )
     return request
 
