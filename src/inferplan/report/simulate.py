@@ -47,6 +47,7 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
         )
         rows.append(("KV link utilization", f"{kvt['link_utilization'] or 0:.1%}"))
     rows.extend(kv_tier_rows(summary))
+    rows.extend(_speculative_rows(summary.get("speculative")))
     for label, value in rows:
         head.add_row(label, value)
     lat = Table(title="latency (ms)", title_justify="left")
@@ -81,3 +82,18 @@ def simulate_tables(summary: dict[str, Any]) -> Group:
 
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
+
+
+def _speculative_rows(spec: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Speculative decoding's counters (``engine/speculation.py``), when it ran."""
+    if not spec or not spec["num_drafts"]:
+        return []
+    k = spec["num_speculative_tokens"]
+    return [
+        (f"speculative ({spec['method']}, k={k})", f"a = {spec['acceptance_rate']:.3g}"),
+        (
+            "mean acceptance length (expected)",
+            f"{spec['mean_acceptance_length']:.3f} ({spec['expected_acceptance_length']:.3f})",
+        ),
+        ("draft acceptance rate", f"{spec['draft_acceptance_rate']:.1%}"),
+    ]
