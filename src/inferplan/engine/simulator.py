@@ -33,13 +33,8 @@ from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
-from inferplan.engine.specstretch import can_spec_stretch, spec_stretch
-from inferplan.engine.speculation import (
-    SimSpeculation,
-    SpecDecode,
-    SpecStepTimes,
-    speculation_summary,
-)
+from inferplan.engine.specstretch import can_stretch, spec_stretch
+from inferplan.engine.speculation import SimSpeculation, last_slots, speculate, speculation_summary
 from inferplan.engine.thrash import doomed_cycles
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
@@ -192,18 +187,8 @@ class Simulation:
                     self.ledger, replica.pool, self.records, replica.on_finish
                 )
                 scheduler.admission.offload = replica.offload
-        if cfg.speculative is not None:
-            self._speculate(replicas, model, cfg.speculative)
+        speculate(replicas, model, cfg.speculative, cfg.max_model_len)
         return replicas
-
-    def _speculate(
-        self, replicas: list[Replica], model: StepTimeModel, speculative: SimSpeculation
-    ) -> None:
-        """Speculative decoding on every replica (``engine/speculation.py``): steps one at a
-        time (no vector step, no stretch), one cache of step plans for all."""
-        times = SpecStepTimes(model, speculative.config)
-        for replica in replicas:
-            SpecDecode(speculative, times, self.cfg.max_model_len).attach(replica)
 
     def _own_arrivals(self) -> RoutedArrivals | None:
         """Each replica's own arrivals, where routing is known before the run (round robin,
@@ -241,10 +226,7 @@ class Simulation:
         wl, sched = self.workload, self.cfg.scheduler
         total = wl.input_tokens + wl.output_tokens
         reserves_all = self.scheduler_kind.reserves_whole_request
-        largest = total - (0 if reserves_all else 1)
-        if self.cfg.speculative is not None:  # the last verify's drafts and lookahead slots
-            extra = self.cfg.speculative.max_extra_slots
-            largest = np.minimum(largest + extra, self.cfg.max_model_len)
+        largest = last_slots(total - (0 if reserves_all else 1), self.cfg)  # speculation's too
         unschedulable = self.pool.blocks_for(largest) > sched.num_blocks
         if self.scheduler_kind.whole_prompts:
             unschedulable |= wl.input_tokens > sched.max_num_batched_tokens
@@ -361,12 +343,8 @@ class Simulation:
             # Transfers in flight: exact steps (a stretch would run past their ends).
             self._step_or_wait(replica, next_arrival_s)
             return
-        spec = replica.spec  # speculative decoding: its own stretches (``engine/specstretch.py``)
-        if spec is None:
-            stepwise = self.cfg.exact or not stretches.can_stretch()
-        else:
-            stepwise = self.cfg.exact or not can_spec_stretch(replica, spec)
-        if stepwise:
+        spec = replica.spec  # speculative decoding has stretches of its own (``specstretch.py``)
+        if self.cfg.exact or not can_stretch(replica):
             if not self.cfg.exact and spec is None and self._doomed_cycles(replica, next_arrival_s):
                 return
             self._step_or_wait(replica, next_arrival_s)
@@ -540,12 +518,8 @@ class Simulation:
             admission=self.ledger,
             prefix_caches=[r.pool.cache for r in self.replicas],
             kv_tiers=self._kv_tiers(duration),
-            speculative=self._speculative(),
+            speculative=speculation_summary(self.replicas),
         )
-
-    def _speculative(self) -> dict[str, Any] | None:
-        specs = [r.spec for r in self.replicas if r.spec is not None]
-        return speculation_summary(specs) if specs else None
 
     def _kv_tiers(self, duration_s: float) -> dict[str, Any] | None:
         offloads = [r.offload for r in self.replicas if r.offload is not None]

@@ -41,6 +41,15 @@ if TYPE_CHECKING:
 MAX_STRETCH_STEPS = 256  # steps looked ahead at once (a longer stretch is several)
 
 
+def can_stretch(replica: Replica) -> bool:
+    """Whether the replica's next advance may be a stretch: a plain one (``stretch.py``) or,
+    with speculative decoding, a speculative one."""
+    spec = replica.spec
+    if spec is None:
+        return replica.stretches.can_stretch()
+    return can_spec_stretch(replica, spec)
+
+
 def can_spec_stretch(replica: Replica, spec: SpecDecode) -> bool:
     """Whether the next step starts a speculative stretch (see the module docstring)."""
     r, run = replica, replica.running

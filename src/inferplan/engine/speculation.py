@@ -51,6 +51,7 @@ from inferplan.perf.step_seconds import StepSeconds
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
+    from inferplan.engine.simulator import SimulationConfig
 
 IntArray = npt.NDArray[np.int64]
 
@@ -268,10 +269,38 @@ class SpecDecode:
             replica.finish(rows[done])
 
 
-def speculation_summary(specs: list[SpecDecode]) -> dict[str, Any]:
-    """The summary's ``speculative`` section, over the replicas: vLLM's spec-decode metrics
-    (draft acceptance rate = accepted / drafted, mean acceptance length = 1 + accepted /
-    verifies, acceptance per draft position) beside the configured ``a`` and its ``E``."""
+def speculate(
+    replicas: list[Replica],
+    model: StepTimeModel,
+    speculative: SimSpeculation | None,
+    max_model_len: int,
+) -> None:
+    """Speculative decoding on every replica (none when ``speculative`` is None), one cache
+    of step plans for all."""
+    if speculative is None:
+        return
+    times = SpecStepTimes(model, speculative.config)
+    for replica in replicas:
+        SpecDecode(speculative, times, max_model_len).attach(replica)
+
+
+def last_slots(tokens: IntArray, cfg: SimulationConfig) -> IntArray:
+    """KV slots requests of ``tokens`` hold at their largest: with speculation, their last
+    verify's ``k`` drafts and ``k`` lookahead slots too, at most ``max_model_len`` (the
+    simulation's rejection at arrival)."""
+    if cfg.speculative is None:
+        return tokens
+    return np.minimum(tokens + cfg.speculative.max_extra_slots, cfg.max_model_len)
+
+
+def speculation_summary(replicas: list[Replica]) -> dict[str, Any] | None:
+    """The summary's ``speculative`` section over the replicas (None without speculation):
+    vLLM's spec-decode metrics (draft acceptance rate = accepted / drafted, mean acceptance
+    length = 1 + accepted / verifies, acceptance per draft position) beside the configured
+    ``a`` and its ``E``."""
+    specs = [r.spec for r in replicas if r.spec is not None]
+    if not specs:
+        return None
     config = specs[0].config
     drafts = sum(s.num_drafts for s in specs)
     draft_tokens = sum(s.num_draft_tokens for s in specs)
