@@ -37,13 +37,14 @@ def test_catalog_keys_and_spellings_resolve() -> None:
 
 def test_memory_is_the_reported_total_less_the_driver_reserve() -> None:
     """nvidia-smi's MiB less the 0.5 GiB the driver keeps: the A100 80GB holds 80 GiB (not 74.5),
-    an H100 79.15 GiB (vLLM logs 79.11-79.22), a B200 178.6 GiB (not 167.6)."""
+    an H100 79.15 GiB (vLLM logs 79.11-79.22), a B200 178.6 GiB (not 167.6), a GB200 184.5 GiB."""
     assert load_gpu("a100").memory_bytes == 81920 * 2**20 - 0.5 * GIB
     assert load_gpu("h100").memory_bytes == 81559 * 2**20 - 0.5 * GIB
     assert load_gpu("h200").memory_bytes == 143771 * 2**20 - 0.5 * GIB
     assert load_gpu("b200").memory_bytes == 183359 * 2**20 - 0.5 * GIB
     assert load_gpu("mi300x").memory_bytes == 196044 * 2**20  # ROCm's total is what vLLM sees
-    assert load_gpu("gb200").memory_bytes == 186e9  # no reported total: nominal decimal GB
+    assert load_gpu("gb200").memory_bytes == 189471 * 2**20 - 0.5 * GIB  # not 186e9 (173 GiB)
+    assert load_gpu("mi355x").memory_bytes == 288e9  # no reported total: nominal decimal GB
     assert load_gpu("h100").memory_bandwidth_bytes_s == 3.35e12
     assert load_gpu("h100").peak_flops["bf16"] == pytest.approx(989.4e12)
 

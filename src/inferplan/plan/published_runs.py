@@ -9,7 +9,8 @@ with its engine's memory rule and limits, and one of two predictions:
   requests at once (it reserves each request's full ``max_tokens``). A wave of ``B`` requests
   takes its prefill steps (``max_num_tokens // ISL`` prompts each, without chunking, beside the
   decodes of the prompts already in) plus ``OSL - 1`` decode steps of ``B`` sequences at the mean
-  context ``ISL + OSL / 2``; ``N / B`` waves make the run. Step times come from the same
+  context ``ISL + OSL / 2``; ``N / B`` waves make the run (under pipeline parallelism both
+  limits are per micro-batch, so ``pp`` times them are in flight). Step times come from the same
   step-time model the simulator uses; the run costs a few step evaluations, not a simulation.
 - **Simulation**, for everything with latencies, arrivals or varying lengths (``vllm bench
   serve`` runs, online serving tables): the event-driven engine with the engine's scheduler
@@ -240,13 +241,21 @@ def steady_state_throughput(
 
     ``num_requests`` run in waves of ``B`` (every slot serves its requests one after another);
     the last ``num_requests mod B`` make a smaller wave of their own, which still pays every
-    step's fixed costs (weights read, host overheads) for ``osl`` steps."""
+    step's fixed costs (weights read, host overheads) for ``osl`` steps.
+
+    Under pipeline parallelism ``max_batch_size`` and ``max_num_tokens`` bound one micro-batch:
+    ``trtllm-bench`` divides the KV-cache's request count by ``pp`` to get ``max_batch_size``
+    (``bench/build/tuning.py``), and the PyTorch executor keeps ``pp`` micro-batches in flight,
+    sizing its sequence slots and capacity scheduler at ``max_batch_size * pp_size``
+    (``_torch/pyexecutor/py_executor_creator.py``, ``_util.py``). So ``B`` and the prompts
+    admitted per step (one micro-batch per stage) are ``pp`` times the per-micro-batch limits."""
     cfg = plan.config
+    pp = plan.parallelism.pp
     blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
-    batch = min(cfg.max_num_seqs, num_requests, plan.num_blocks // blocks_per_request)
+    batch = min(cfg.max_num_seqs * pp, num_requests, plan.num_blocks // blocks_per_request)
     if batch < 1:
         return None
-    per_step = max(1, min(batch, cfg.max_num_batched_tokens // max(isl, 1)))
+    per_step = max(1, min(batch, pp * (cfg.max_num_batched_tokens // max(isl, 1))))
     waves, last = divmod(num_requests, batch)
     total_s = waves * _wave_s(step, batch, per_step, isl, osl)
     if last:
