@@ -287,9 +287,12 @@ class RooflineModel:
 
     def _attention(self, group: _Group, batch: StepBatch, m: int, dpa: int) -> list[Op]:
         """Attention on one device: its micro-batch's share of the batch (and, with DP
-        attention, its rank's share); decode terms stay linear in the replica's context."""
+        attention, its rank's share); decode terms stay linear in the replica's context.
+        Softmax attention runs at the part's ``attention_prefill_speedup`` over its family (its
+        exponentials), a linear-attention layer has no softmax."""
+        softmax = self.gpu.attention_prefill_speedup if group.attention.kind != "linear" else 1.0
         rates = AttentionRates(
-            self.gpu.peak("bf16") * self.eff.attention_compute,
+            self.gpu.peak("bf16") * self.eff.attention_compute * softmax,
             self.bandwidth * self.eff.attention_memory,
         )
         shape = (self.par.tp, m, dpa)

@@ -104,6 +104,7 @@ class _Accelerator(BaseModel):
     scale_out_typical: _ScaleOut = Field(default_factory=_ScaleOut)
     tdp_w: float | None = Field(default=None, gt=0, le=1e6)
     cloud_prices_usd_per_gpu_hour: list[dict[str, Any]] = Field(default_factory=list)
+    attention_prefill_speedup: float = Field(default=1.0, ge=1.0, le=4.0)
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,9 @@ class GpuSpec:
     tdp_w: float | None
     price_usd_per_hour: float | None
     gpus_per_node: int | None = None  # set where a scale-up domain spans nodes (NVL72 trays)
+    # The prefill attention core's rate against its efficiency family's parts: Blackwell Ultra
+    # doubles the SFU's exponentials (softmax) over Blackwell (catalog comment cites NVIDIA).
+    attention_prefill_speedup: float = 1.0
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype``; formats the part lacks run at the widest one it has
@@ -193,6 +197,7 @@ def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
         tdp_w=acc.tdp_w,
         price_usd_per_hour=_default_price(acc.cloud_prices_usd_per_gpu_hour),
         gpus_per_node=acc.scale_up.gpus_per_node,
+        attention_prefill_speedup=acc.attention_prefill_speedup,
     )
 
 
