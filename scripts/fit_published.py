@@ -13,6 +13,7 @@ constants fitted on the others. The out-of-fold errors are the headline; the in-
 
     .venv/bin/python scripts/fit_published.py --dry-run   # fit, CV, print tables only
     .venv/bin/python scripts/fit_published.py             # ... and write the family files
+    .venv/bin/python scripts/fit_published.py --families blackwell,ada --no-cv  # refit two
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from inferplan.plan.published_runs import (
     run_setup,
     validate_rows,
 )
+from inferplan.plan.served import release_cpu_costs
 from inferplan.specs.hardware import load_gpu
 
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -136,16 +138,25 @@ def _set_release(release: str) -> Callable[[Constants, str, float], Constants]:
     return setter
 
 
-def fit(rows: list[PublishedRow], start: Constants, rounds: int, steps: int) -> Constants:
+def fit(
+    rows: list[PublishedRow],
+    start: Constants,
+    rounds: int,
+    steps: int,
+    only: set[str] | None = None,
+) -> Constants:
     """Block coordinate descent: each release's host costs on its rows, then each family's
-    fractions on its rows, ``rounds`` times."""
+    fractions on its rows, ``rounds`` times. ``only``: just those families' fractions, every
+    other constant as ``start`` has it."""
     constants = start
     for _ in range(rounds):
-        for release in sorted(constants.costs):
+        for release in sorted(constants.costs) if only is None else []:
             mine = [r for r in rows if engine_release(r) == release]
             if mine:
                 constants = _descend(mine, constants, COST_BOUNDS, _set_release(release), steps)
         for family in sorted(constants.family):
+            if only is not None and family not in only:
+                continue
             mine = [r for r in rows if family_of(r) == family]
             if mine:
                 constants = _descend(mine, constants, FIT_BOUNDS, _set_family(family), steps)
@@ -284,6 +295,16 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
     return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
 
 
+def committed_constants(rows: list[PublishedRow], refit: set[str]) -> Constants:
+    """The committed family files and release costs, the ``refit`` families back at the priors
+    (``--families``: refit some families without moving the others or the host costs)."""
+    prior = start_constants(rows)
+    family = {f: prior.family[f] if f in refit else bundled_efficiency(f) for f in prior.family}
+    committed = release_cpu_costs()
+    costs = {r: {**v, **committed.get(r, {})} for r, v in prior.costs.items()}
+    return Constants(family, costs)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true")
@@ -293,18 +314,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-cv", action="store_true", help="Fit only")
     parser.add_argument("--cv-only", action="store_true", help="Cross-validate only (no files)")
     parser.add_argument("--jobs", type=int, default=1, help="Folds fitted at once (processes)")
+    parser.add_argument(
+        "--families",
+        help="In-sample fit of these families only (comma-separated, e.g. blackwell,ada), "
+        "from the priors; the other families and the release costs stay as committed, and "
+        "only these files are written. The cross-validation still fits everything per fold.",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         print("error: --jobs: must be at least 1", file=sys.stderr)
         return 2
     rows = fit_rows()
     start = start_constants(rows)
+    only = set(args.families.split(",")) if args.families else None
+    if only is not None and not only <= set(start.family):
+        known = ", ".join(sorted(start.family))
+        print(f"error: --families: choose from {known}", file=sys.stderr)
+        return 2
     if args.cv_only:
         cv = cross_validate(rows, start, args.folds, args.rounds, args.steps, args.jobs)
         print(report(cv, f"Cross-validated ({args.folds}-fold by configuration)"))
         return 0
-    before = predict(rows, start)
-    fitted = as_written(fit(rows, start, args.rounds, args.steps))
+    origin = start if only is None else committed_constants(rows, only)
+    before = predict(rows, origin)
+    fitted = as_written(fit(rows, origin, args.rounds, args.steps, only))
     in_sample = predict(rows, fitted)
     print(f"{len(rows)} rows; loss {loss(before):.4f} -> {loss(in_sample):.4f}")
     for family, eff in fitted.family.items():
@@ -317,9 +350,12 @@ def main(argv: list[str]) -> int:
     print(report(in_sample, "In-sample (fitted on every row)"), flush=True)
     if not args.dry_run:
         for family, eff in fitted.family.items():
+            if only is not None and family not in only:
+                continue
             mine = [r for r in in_sample if family_of(r.row) == family]
             (DATA / f"{family}.yaml").write_text(family_yaml(family, eff, mine))
-        COSTS_FILE.write_text(costs_yaml(fitted.costs))
+        if only is None:
+            COSTS_FILE.write_text(costs_yaml(fitted.costs))
     if not args.no_cv:
         cv = cross_validate(rows, start, args.folds, args.rounds, args.steps, args.jobs)
         print()

@@ -1,0 +1,42 @@
+"""``scripts/fit_published.py --families``: refit some GPU families, keep the rest committed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from inferplan.perf.efficiency import bundled_efficiency
+from inferplan.plan.served import release_cpu_costs
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fit_published.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fit_published", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_published"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_refit_families_restart_from_the_priors_and_the_others_stay_committed() -> None:
+    fit = _script()
+    rows = [r for r in fit.fit_rows() if r.gpu in ("l40s", "h200_sxm_141gb")][:40]
+    constants = fit.committed_constants(rows, {"ada"})
+    prior = bundled_efficiency("default")
+    assert constants.family["ada"].gemm_compute == prior.gemm_compute
+    assert constants.family["ada"].moe_gemm == prior.moe_gemm
+    assert constants.family["hopper"] == bundled_efficiency("hopper")
+    for release, costs in constants.costs.items():
+        assert costs == release_cpu_costs()[release]
+
+
+def test_unknown_family_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _script().main(["--families", "volta", "--dry-run", "--no-cv"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --families: choose from ") and "blackwell" in err
