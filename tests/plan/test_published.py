@@ -17,8 +17,8 @@ import pytest
 from inferplan.cli import main
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, plan_memory
-from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE
 from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE
 from inferplan.plan.published import bundled_published, parse_published, skip_reason
 from inferplan.plan.published_runs import (
     error_summary,
