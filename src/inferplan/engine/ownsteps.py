@@ -8,9 +8,10 @@ whose every crossing costs one block, that order has a closed form: the rows bef
 that cannot get its block take every free block (so every cached-free block is evicted), and
 each later victim is popped when the free pool is empty again (the row being served needs one
 block and none is left), so every run freed before it is evicted too; after the last victim the
-survivors' blocks come out of what the victims freed. The step then runs as the scheduler's
-decision (``Replica._run``): the same victims (``num_victims``, the running pass's count), the
-same evictions, the same step time, bit for bit (``tests/engine/test_own_blocks_equal.py``).
+survivors' blocks come out of what the victims freed. The step has the scheduler's victims
+(``num_victims``, the running pass's count) and evictions; the survivors' decode runs as a
+one-step stretch timed by the decode line (``stretch.py``), which equals the step plan's time
+to rounding (``docs/simulator.md``: fast mode's times agree with exact mode's to 1e-9).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inferplan.engine.schedulers import StepDecision
 from inferplan.engine.stretch import num_victims
 from inferplan.memory.ownblocks import OwnBlocks
 
@@ -47,6 +47,8 @@ def own_block_preemption_step(r: Replica) -> bool:
     survivors = len(run)
     pool.free -= int(crossing[:survivors].sum()) - allocated
     run.held_blocks[:survivors] += crossing[:survivors]
-    r._run(StepDecision(np.ones(survivors, dtype=np.int64), preempted=True))
-    r._decoding = None
+    if survivors:  # the rest decode one token each: a one-step stretch, timed by its line
+        context = int(run.num_computed.sum()) + survivors
+        a, b, _ = r.model.decode_line(survivors, context)
+        r.stretches.advance_decode(1, a, b, context)
     return True

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.ownstretch import own_block_stretch_steps
+
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
@@ -60,8 +62,9 @@ class DecodeStretches:
         block_end = r.scheduler.steps_to_scheduling_point()
         if block_end is not None:
             k = min(k, block_end)
-        if r.pool.cache is not None:
-            k = min(k, self._steps_before_head_hit_shrinks(k))
+        if r.pool.cache is not None:  # own blocks: on to the step that admits the head
+            own = own_block_stretch_steps(r, k)
+            k = min(k, self._steps_before_head_hit_shrinks(k) if own is None else own)
         if r.offload is not None and r.offload.evictable_blocks():
             k = min(k, self._steps_before_eviction(k, r.offload.evictable_blocks()))
         k, k_pool = self._steps_before_pool_runs_out(k)

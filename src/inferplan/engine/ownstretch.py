@@ -1,0 +1,110 @@
+"""How far a pure-decode stretch may run while the prefix cache holds own blocks only.
+
+With a prefix cache the stretch's new blocks may evict entries of the queue head's prefix hit,
+and a smaller hit can let the head in (its chunk then ends earlier), so admission is not
+monotone in the free pool (``DecodeStretches._steps_before_head_hit_shrinks`` ends a stretch
+before any such eviction, and the crossing step runs alone). Above capacity with own blocks
+(``memory/ownblocks.py``) that is every block crossing after a preemption: the last victim heads
+the queue and its run is the LRU list's front. Own blocks have the head's hit in closed form
+along the stretch, so the stretch runs on to the step that admits the head instead:
+
+- The decoders' crossings take ``C(j)`` blocks by step ``j``: ``C(j) = n * (j // B) + #{rows
+  whose first crossing step s_i <= j % B}``, ``s_i = (-computed_i) mod B + 1``.
+- The free pool at step ``j`` is ``F0 - C(j)``, and it evicts ``ceil((L0 - F0 + C(j)) / e)``
+  entries from the LRU list's front (``L0``: cached-free blocks, ``e``: blocks per entry); one
+  eviction to a step's end gives what one per allocation gives.
+- The head's hit is its run less what of it those evictions reach (capped as a lookup caps
+  it), and its admission test at step ``j`` (``Scheduler.head_chunk``: the blocks of its hit
+  plus first chunk against the step's free pool, after the running pass) is a function of
+  ``C(j)`` alone. While the evictions stop short of the head's run, and once the run is gone,
+  the hit is constant and the test only fails more as the pool shrinks; in between it is
+  evaluated at every step, in one vector pass.
+
+The schedule is the stepwise one (the same steps, no admission moved); the stretch's time is
+the decode line's closed-form sum where the stepwise path summed stretches and single steps
+timed by their step plans, so times agree to float tolerance, as fast mode agrees with exact
+mode (``docs/simulator.md``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.schedulers import Scheduler
+from inferplan.memory.ownblocks import OwnBlocks
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import Replica
+
+# Steps of the head's shrinking hit evaluated at once; a longer stretch ends after them, and
+# the next stretch goes on.
+MAX_EVALUATED_STEPS = 8192
+
+
+def own_block_stretch_steps(r: Replica, k: int) -> int | None:
+    """Steps (at most ``k``) the stretch may run before the step whose waiting pass admits the
+    queue head (module doc); None where the closed form does not apply. Assumes the head
+    cannot join at the stretch's start (``DecodeStretches.can_stretch``)."""
+    pool, sched = r.pool, r.scheduler
+    cache = pool.cache
+    if type(cache) is not OwnBlocks or not pool.is_uniform or type(sched) is not Scheduler:
+        return None
+    if r.offload is not None or sched.admission is not None or r.swapped:
+        return None
+    if not len(r.waiting) or k <= 1:
+        return k
+    run, block, e = r.running, pool.block_size, cache.entry_blocks
+    n = len(run)
+    leftover = r.cfg.max_num_batched_tokens - n
+    rid, tokens = r.waiting.peek()
+    run0 = cache.runs.get(rid, 0)
+    if n >= r.cfg.max_num_seqs or leftover <= 0 or not run0:
+        return k  # nothing is admitted, or the head's hit cannot shrink
+    free0, lru0 = pool.free, cache.lru_blocks
+    first_steps = (-run.num_computed) % block + 1
+    at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1))  # [u]: s_i <= u
+    q, u = divmod(k, block)
+    evicted_blocks = lru0 - free0 + n * q + int(at_most[u])  # by step k
+    before = _entries_before(cache, rid, -(-evicted_blocks // e))
+    if before is None:
+        return k  # the evictions of ``k`` steps stop short of the head's run
+    # The first steps at which the head's run has lost an entry, and all of them.
+    j_from = max(_first_step_with(e * before - lru0 + free0 + 1, n, block, at_most), 1)
+    j_gone = _first_step_with(e * (before + run0 - 1) - lru0 + free0 + 1, n, block, at_most)
+    j_to = min(j_gone, k, j_from + MAX_EVALUATED_STEPS)
+    steps = np.arange(j_from, j_to + 1)
+    if j_from > 1:
+        steps = np.concatenate(([1], steps))
+    free = free0 - (n * (steps // block) + at_most[steps % block])
+    evicted = np.maximum(lru0 - free + e - 1, 0) // e  # entries, from the list's front
+    cap = sched.hbm_hit_entries(rid, tokens)[2]
+    hit = np.minimum(run0 - np.clip(evicted - before, 0, run0), cap) * (e * block)
+    chunk_end = hit + np.minimum(tokens - hit, leftover)
+    admits = -(-chunk_end // block) <= free
+    if admits.any():
+        return int(steps[int(admits.argmax())]) - 1
+    return j_to if j_to < min(j_gone, k) else k
+
+
+def _entries_before(cache: OwnBlocks, rid: int, limit: int) -> int | None:
+    """Entries of the runs freed before ``rid``'s, or None when evicting ``limit`` entries
+    from the front stops short of its run."""
+    total = 0
+    for key, entries in cache.runs.items():
+        if key == rid:
+            return total
+        total += entries
+        if total >= limit:
+            return None
+    return None
+
+
+def _first_step_with(crossings: int, n: int, block: int, at_most: np.ndarray) -> int:
+    """The first decode step by which ``n`` rows have crossed ``crossings`` block boundaries
+    in all (``at_most[u]``: rows whose first crossing is at step ``u`` or before); 0 for none."""
+    if crossings <= 0:
+        return 0
+    q, t = divmod(crossings - 1, n)
+    return q * block + int(np.searchsorted(at_most, t + 1))
