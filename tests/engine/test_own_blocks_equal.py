@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from inferplan.cli_flags import build_memory_plan
 from inferplan.engine import replica as replica_module
+from inferplan.engine import simulator as simulator_module
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool
@@ -224,8 +225,9 @@ def test_windowed_pools_keep_one_hash_per_block() -> None:
 
 
 def test_the_vector_preemption_step_runs_on_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The overloaded scenario's preempting decode steps take ``engine/ownsteps.py``'s vector
-    form (with the general running pass's evictions), and the results above still match."""
+    """The overloaded scenario's preempting decode steps, taken one at a time, take
+    ``engine/ownsteps.py``'s vector form (with the general running pass's evictions), and the
+    results above still match."""
     from inferplan.engine import ownsteps
 
     ran: list[bool] = []
@@ -236,6 +238,8 @@ def test_the_vector_preemption_step_runs_on_own_blocks(monkeypatch: pytest.Monke
         return ran[-1]
 
     monkeypatch.setattr(ownsteps, "own_block_preemption_step", counted)
+    # Stepwise (chains, ``engine/chain.py``, take these steps in their own pass).
+    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
     wl, cfg = _overloaded()
     counted_run = _run(with_own_blocks(wl), cfg)
     assert sum(ran) >= 10

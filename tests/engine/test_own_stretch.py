@@ -11,15 +11,18 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from inferplan.engine import ownstretch, stretch
-from inferplan.engine.replica import Replica
+from inferplan.engine import simulator as simulator_module
+from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
+from inferplan.memory.ownblocks import OwnBlocks
 from inferplan.workload import Workload
 from inferplan.workload.prefixes import with_own_blocks
 
+from .replica_helpers import replica_at_zero
 from .test_fast_equals_exact import Case, _assert_same, _config, _plan_and_model, _workload, cases
 
 
@@ -85,8 +88,14 @@ OVERLOADED = Case(
 )
 
 
+def _no_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stretches and preemption steps one at a time (``engine/chain.py`` off)."""
+    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
+
+
 def _advances(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[SimulationResult, int]:
-    """The fast run and how many advances of a replica it took."""
+    """The fast run without chains and how many advances of a replica it took."""
+    _no_chains(monkeypatch)
     wl = with_own_blocks(_workload(case))
     cfg = _own_config(case, wl, exact=False)
     calls = [0]
@@ -120,9 +129,81 @@ def test_ignoring_the_heads_admission_fails(monkeypatch: pytest.MonkeyPatch) -> 
     # by 16 blocks where the step's crossings took fewer, and the head fits mid-stretch.
     case = replace(OVERLOADED, num_requests=40, block_size=1, seed=0, max_num_batched_tokens=64)
     _check(case)
+    _no_chains(monkeypatch)
+    _check(case)
     monkeypatch.setattr(stretch, "own_block_stretch_steps", lambda r, k: k)
     with pytest.raises(AssertionError):
         _check(case)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    block=st.sampled_from([1, 2, 4, 16]),
+    entry_blocks=st.sampled_from([1, 2, 4, 16]),
+    computed=st.lists(st.integers(1, 300), min_size=1, max_size=12),
+    runs_before=st.lists(st.integers(1, 6), max_size=4),
+    head_run=st.integers(1, 40),
+    extra_tokens=st.integers(1, 400),
+    spare=st.integers(0, 30),
+    budget_over=st.integers(1, 300),
+    k=st.integers(1, 400),
+)
+def test_steps_before_the_head_joins_match_a_step_by_step_count(
+    block: int,
+    entry_blocks: int,
+    computed: list[int],
+    runs_before: list[int],
+    head_run: int,
+    extra_tokens: int,
+    spare: int,
+    budget_over: int,
+    k: int,
+) -> None:
+    """``own_block_stretch_steps`` against running the decode steps one at a time: each
+    step's crossings taken from the pool (evicting the LRU list's front), then vLLM's
+    admission test (``Scheduler.head_chunk``) with the head's hit as it stands."""
+    entry_tokens = entry_blocks * block
+    n = len(computed)
+    head, first_run = n + len(runs_before), n
+    head_tokens = head_run * entry_tokens + extra_tokens
+    prompts = [1] * n + [entry_tokens * e for e in runs_before] + [head_tokens - 1]
+    held = [-(-c // block) for c in computed]
+    cached = (sum(runs_before) + head_run) * entry_blocks
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=n + budget_over,
+        max_num_seqs=1024,
+        block_size=block,
+        num_blocks=sum(held) + cached + spare,
+        enable_prefix_caching=True,
+    )
+    outputs = [10**6] * len(prompts)
+    r = replica_at_zero(prompts, outputs, cfg, _plan_and_model()[1])
+    tokens = np.array(prompts) + np.array(outputs)
+    cache = OwnBlocks(tokens // entry_tokens, entry_blocks)
+    r.pool.cache = cache
+    for row, c in enumerate(computed):
+        r.running.append(row, c, c + 1, c, 10**6, held[row], 0.0)
+    for i, entries in enumerate([*runs_before, head_run]):
+        cache.runs[first_run + i] = entries
+    cache.lru_blocks = cached
+    r.pool.free = cfg.num_blocks - sum(held)
+    r.waiting.push(head, num_tokens=head_tokens)
+    assume(not r.scheduler.head_can_join())  # a stretch starts only then (``can_stretch``)
+    steps = ownstretch.own_block_stretch_steps(r, k)
+    assert steps is not None
+    leftover = cfg.max_num_batched_tokens - n
+    expected = last = k  # the last step the pool lasts (a stretch ends where it runs out)
+    rows = np.array(computed)
+    for j in range(1, k + 1):
+        crossings = int(np.count_nonzero((rows + j - 1) % block == 0))
+        if crossings > r.pool.free:
+            last = j - 1
+            break
+        r.pool.free -= crossings
+        if r.scheduler.head_chunk(leftover, r.pool.free) is not None:
+            expected = j - 1
+            break
+    assert min(steps, last) == min(expected, last)
 
 
 @given(

@@ -37,8 +37,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.ownchain import OwnLru
+from inferplan.engine.ownstretch import steps_before_head_joins
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.stretch import _steps_before
+from inferplan.memory.ownblocks import OwnBlocks
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
@@ -68,7 +71,9 @@ def _applies(r: Replica) -> bool:
     sched, pool, cfg, run = r.scheduler, r.pool, r.cfg, r.running
     if type(sched) is not Scheduler or sched.admission is not None or r.offload is not None:
         return False
-    if cfg.preemption_mode != "recompute" or pool.cache is not None or not pool.is_uniform:
+    if cfg.preemption_mode != "recompute" or not pool.is_uniform:
+        return False
+    if pool.cache is not None and type(pool.cache) is not OwnBlocks:
         return False
     if r.swapped or r.waiting.policy == "priority" or not len(run) or not r.is_decoding():
         return False
@@ -100,6 +105,8 @@ class _Chain:
         self.victim_computed: list[int] = []
         self.victim_itl: list[float] = []
         self.finished = False
+        # Own blocks (``engine/ownchain.py``): the prefix cache's LRU list along the chain.
+        self.own = OwnLru(r) if r.pool.cache is not None else None
 
     # ---- block arithmetic -------------------------------------------------------------------
 
@@ -198,6 +205,8 @@ class _Chain:
             rid = int(run.ids[row])
             computed = int(self.computed[row]) + j
             r.waiting.push_front(rid, num_tokens=computed + 1)
+            if self.own is not None:
+                self.own.preempt(rid, computed)
             self.computed_sum -= computed - j
             self.victim_ids.append(rid)
             self.victim_computed.append(computed)
@@ -226,7 +235,14 @@ class _Chain:
         if leftover <= 0:
             return False
         available = self.usable - self.held(p, self.j)
-        return r.scheduler.head_chunk(leftover, available) is not None
+        if self.own is None:
+            return r.scheduler.head_chunk(leftover, available) is not None
+        rid, tokens = r.waiting.peek()  # vLLM v1's ``head_chunk`` with the chain's hit
+        run_entries, _ = self.own.head_run(rid)
+        cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]
+        hit = min(run_entries, max(cap, 0)) * self.own.entry_tokens
+        chunk_end = hit + min(tokens - hit, leftover)
+        return r.pool.blocks_for_one(chunk_end) <= available
 
     def _stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
         """``DecodeStretches.stretch_steps`` of the chain's state: the same float steps."""
@@ -242,7 +258,25 @@ class _Chain:
             # same, and the cap usually settles the search at once.
             cap = min(k, k_pool + 1)
             k = _steps_before(next_arrival_s - self.now, a, b, context, p, cap)
+        if self.own is not None and len(r.waiting) and k > 0:  # ``own_block_stretch_steps``
+            k = self._own_steps(k)
         return min(k, k_pool), a, b, k_pool < k
+
+    def _own_steps(self, k: int) -> int:
+        """Steps (at most ``k``) before the step whose waiting pass admits the queue head,
+        with own blocks (``ownstretch.steps_before_head_joins`` of the chain's state)."""
+        own, r, p, j = self.own, self.r, self.p, self.j
+        assert own is not None
+        rid = r.waiting.peek()[0]
+        run_entries, known = own.head_run(rid)
+        free = self.usable - self.held(p, j - 1)
+        return steps_before_head_joins(
+            r,
+            self.computed[:p] + j,
+            k,
+            (free, own.lru_blocks),
+            (run_entries, lambda limit: own.entries_before(rid, known, limit)),
+        )
 
     def _segment(self, k: int, a: float, b: float, context: int) -> None:
         """``DecodeStretches.advance_decode`` of ``k`` steps, every row having emitted at
@@ -257,6 +291,8 @@ class _Chain:
         self.now += total
         self.finished = k >= self._left()
         self.j += k
+        if self.own is not None:  # the free pool only fell: evict to where it ends
+            self.own.evict_to(self.usable - self.held(n, self.j - 1))
 
     def _commit(self) -> None:
         """Write the chain into the replica: the running rows' columns, the victims' largest
@@ -270,6 +306,8 @@ class _Chain:
             gaps = np.array(self.victim_itl)
             ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
             rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
+        if self.own is not None:
+            self.own.commit()
         run.truncate(p)
         if j:
             run.num_computed += j

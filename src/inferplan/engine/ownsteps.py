@@ -44,10 +44,12 @@ def own_block_preemption_step(r: Replica) -> bool:
         allocated += pool.free
         pool.free = 0  # the rows served so far took the rest: every cached-free block goes
         r.scheduler.preempt(len(run) - 1)
+    # The blocks the survivors took before the last victim go back (what they evicted stays
+    # evicted): the rest decode one token each as a one-step stretch, timed by its line, which
+    # takes their crossings and evicts to the pool it leaves, as ``preempting_decode_step``.
+    pool.free += allocated
     survivors = len(run)
-    pool.free -= int(crossing[:survivors].sum()) - allocated
-    run.held_blocks[:survivors] += crossing[:survivors]
-    if survivors:  # the rest decode one token each: a one-step stretch, timed by its line
+    if survivors:
         context = int(run.num_computed.sum()) + survivors
         a, b, _ = r.model.decode_line(survivors, context)
         r.stretches.advance_decode(1, a, b, context)

@@ -28,6 +28,7 @@ mode (``docs/simulator.md``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,29 +46,51 @@ MAX_EVALUATED_STEPS = 8192
 
 def own_block_stretch_steps(r: Replica, k: int) -> int | None:
     """Steps (at most ``k``) the stretch may run before the step whose waiting pass admits the
-    queue head (module doc); None where the closed form does not apply. Assumes the head
-    cannot join at the stretch's start (``DecodeStretches.can_stretch``)."""
+    queue head (module doc); None where the closed form does not apply."""
     pool, sched = r.pool, r.scheduler
     cache = pool.cache
     if type(cache) is not OwnBlocks or not pool.is_uniform or type(sched) is not Scheduler:
         return None
     if r.offload is not None or sched.admission is not None or r.swapped:
         return None
-    if not len(r.waiting) or k <= 1:
+    if not len(r.waiting) or k <= 0:
         return k
-    run, block, e = r.running, pool.block_size, cache.entry_blocks
-    n = len(run)
-    leftover = r.cfg.max_num_batched_tokens - n
-    rid, tokens = r.waiting.peek()
+    rid = r.waiting.peek()[0]
     run0 = cache.runs.get(rid, 0)
-    if n >= r.cfg.max_num_seqs or leftover <= 0 or not run0:
+    return steps_before_head_joins(
+        r,
+        r.running.num_computed,
+        k,
+        (pool.free, cache.lru_blocks),
+        (run0, lambda limit: _entries_before(cache, rid, limit)),
+    )
+
+
+def steps_before_head_joins(
+    r: Replica,
+    computed: np.ndarray,
+    k: int,
+    pool_state: tuple[int, int],
+    head_run: tuple[int, Callable[[int], int | None]],
+) -> int:
+    """Steps (at most ``k``) before the step whose waiting pass admits the queue head, for
+    decoding rows with ``computed`` tokens, ``pool_state`` (free blocks, cached-free blocks of
+    them) and ``head_run`` (entries of the head's run, and a function giving the entries
+    freed before it, or None when evicting the given number of entries stops short of it).
+    Assumes the head cannot join at the stretch's start (``DecodeStretches.can_stretch``)."""
+    cache = r.pool.cache
+    assert isinstance(cache, OwnBlocks)
+    run0, entries_before = head_run
+    n, block, e = len(computed), r.pool.block_size, cache.entry_blocks
+    leftover = r.cfg.max_num_batched_tokens - n
+    if n >= r.cfg.max_num_seqs or leftover <= 0 or not run0 or n == 0:
         return k  # nothing is admitted, or the head's hit cannot shrink
-    free0, lru0 = pool.free, cache.lru_blocks
-    first_steps = (-run.num_computed) % block + 1
+    free0, lru0 = pool_state
+    first_steps = (-computed) % block + 1
     at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1))  # [u]: s_i <= u
     q, u = divmod(k, block)
     evicted_blocks = lru0 - free0 + n * q + int(at_most[u])  # by step k
-    before = _entries_before(cache, rid, -(-evicted_blocks // e))
+    before = entries_before(-(-evicted_blocks // e))
     if before is None:
         return k  # the evictions of ``k`` steps stop short of the head's run
     # The first steps at which the head's run has lost an entry, and all of them.
@@ -79,7 +102,8 @@ def own_block_stretch_steps(r: Replica, k: int) -> int | None:
         steps = np.concatenate(([1], steps))
     free = free0 - (n * (steps // block) + at_most[steps % block])
     evicted = np.maximum(lru0 - free + e - 1, 0) // e  # entries, from the list's front
-    cap = sched.hbm_hit_entries(rid, tokens)[2]
+    rid, tokens = r.waiting.peek()
+    cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]
     hit = np.minimum(run0 - np.clip(evicted - before, 0, run0), cap) * (e * block)
     chunk_end = hit + np.minimum(tokens - hit, leftover)
     admits = -(-chunk_end // block) <= free
