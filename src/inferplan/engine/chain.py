@@ -25,8 +25,10 @@ trace, the queue pushes, the victims' counts) is done per segment exactly as the
 does it, with the same float expressions in the same order, so results are byte-identical; only
 the columns are written once, at the chain's end. It applies where ``preempting_decode_step``
 would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue), recompute, a uniform
-pool without prefix caching, KV tiers or admission policies, every row decoding and having
-emitted at ``now``. Under the priority policy, with prefix caching or windowed layers the
+pool without prefix caching (or with own blocks only: the cache's LRU list along the chain is
+``engine/ownchain.py``'s, and a stretch ends before the step that admits the queue head,
+``engine/ownstretch.py``), KV tiers or admission policies, every row decoding and having
+emitted at ``now``. Under the priority policy, with shared prefixes or windowed layers the
 stepwise path runs as before.
 """
 
