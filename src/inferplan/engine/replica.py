@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inferplan.engine.implicit_step import implicit_decode_and_admit_step
 from inferplan.engine.offload import KvOffload
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.speculation import SpecDecode
+from inferplan.engine.stepshape import step_shape as _step_shape
 from inferplan.engine.stretch import DecodeStretches
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, KvGroup
 from inferplan.memory.ownblocks import OwnBlocks
@@ -102,30 +104,6 @@ def prefix_cache_for(cfg: SchedulerConfig, workload: Workload) -> PrefixCache | 
     return cache
 
 
-def _step_shape(
-    n: int, decode_context: int, chunks: list[int], hits: list[int]
-) -> tuple[int, float, int, int, int, int]:
-    """``StepBatch``'s fields (``StepSeconds.seconds``' arguments) of the vector step: ``n``
-    decodes of total context ``decode_context`` and admitted rows with these first chunks,
-    each starting at its prefix-cache hit (a one-token chunk after a hit is a decode in
-    shape, as ``Replica._batch`` counts it)."""
-    if len(chunks) == 1:  # the usual case: the same numbers, without the general sums
-        q, o = chunks[0], hits[0]
-        if q == 1 and o:
-            return 0, 0.0, 0, 0, n + 1, decode_context + o + 1
-        return q, float(q * o + q * (q + 1) / 2), o, 1, n, decode_context
-    pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
-    decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
-    return (
-        sum(q for q, _ in pre),
-        float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
-        sum(o for _, o in pre),
-        len(pre),
-        n + len(chunks) - len(pre),
-        decode_context,
-    )
-
-
 class Replica:
     """A replica's scheduler state and KV pool; its verbs run steps and advance time."""
 
@@ -146,7 +124,9 @@ class Replica:
         self.records, self.prompt_tokens = records, prompt_tokens
         self.waiting, self.itl, self.trace = waiting, itl, trace
         self.target_tokens = records.requested_tokens
-        self.running = RunningSet()
+        # Uniform pools keep decode rows implicit (``engine/implicit.py``).
+        uniform_block = cfg.block_size if cfg.kv_groups == FULL_ATTENTION else 0
+        self.running = RunningSet(block_size=uniform_block, max_itl_s=records.max_itl_s)
         self.swapped: deque[tuple[int, int, int, int]] = deque()  # id, computed, tokens, blocks
         self.pool = BlockPool(cfg.num_blocks, cfg.block_size, cfg.kv_groups)
         self.pool.cache = prefix_cache
@@ -254,6 +234,8 @@ class Replica:
             return False
         if n > cfg.max_num_batched_tokens or not self.is_decoding():
             return False
+        if run.rows.block and self.scheduler.admission is None and run.rows.holds_ceil():
+            return implicit_decode_and_admit_step(self)
         computed, pool = run.num_computed, self.pool
         if pool.is_uniform:  # a row takes a block where its next token starts one
             crossing = computed % cfg.block_size == 0
@@ -400,13 +382,16 @@ class Replica:
 
     def finish(self, rows: np.ndarray) -> None:
         run, rec = self.running, self.records
-        if len(rows) == 1 and self.pool.cache is None:  # the usual case, in scalars
+        if len(rows) == 1:  # the usual case, in scalars
             row = int(rows[0])
-            rid, _, _, generated, _, held = run.row_values(row)
+            rid, computed, _, generated, _, held = run.row_values(row)
             rec.finish_s[rid] = self.now
             rec.output_tokens[rid] = generated
             rec.status[rid] = int(RequestStatus.COMPLETED)
-            self.pool.free += held
+            if self.pool.cache is None:
+                self.pool.free += held
+            else:
+                self.scheduler.release_blocks(rid, held, computed)
             run.drop_row(row)
             self.on_finish.append(rid)
             if len(run) == 0:

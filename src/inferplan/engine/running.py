@@ -5,9 +5,15 @@ Here each column is a numpy array in that same order, so a step's bookkeeping is
 ``num_computed`` (KV tokens computed), ``num_tokens`` (prompt + generated, the tokens that must be
 computed before the next sample), ``num_generated``, ``target`` (output tokens asked for),
 ``held_blocks`` and ``last_token_s``. Columns live in buffers that grow by doubling, so admitting
-a request costs O(1); each column attribute is a view of its buffer's live rows, and assigning
-to it writes into the buffer. The int columns are the rows of one 2-D buffer, so moving rows
-(a finish, a preemption) or a stretch's increment is one numpy call, not one per column.
+a request costs O(1); the int columns are the rows of one 2-D buffer, so moving rows (a finish, a
+preemption) is one numpy call, not one per column.
+
+Decode rows are implicit between events (``engine/implicit.py``, issue 10): a stretch of ``k``
+decode steps raises a counter instead of the columns, and the block-crossing histogram, the total
+context, the fewest tokens left and each request's worst gap are scalars kept up to date, so the
+fast paths touch no column. Reading a column (``num_computed`` and the other lazy ones below)
+writes the pending decode steps into it first and lets the caller write it: the general paths
+(the scheduler's pass, chains, doomed cycles, preemption) see plain columns, as before.
 """
 
 from __future__ import annotations
@@ -17,37 +23,68 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.engine.implicit import ImplicitRows
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-_INT_COLUMNS = ("ids", "num_computed", "num_tokens", "num_generated", "target", "held_blocks")
-_COLUMNS = (*_INT_COLUMNS, "last_token_s")
+# ``itl_from`` (last): the position in the ITL log from which a row's worst gap is pending.
+_INT_COLUMNS = (
+    "ids", "num_computed", "num_tokens", "num_generated", "target", "held_blocks", "itl_from",
+)  # fmt: skip
+_COLUMNS = (*_INT_COLUMNS[:-1], "last_token_s")
+# Columns that pending decode steps, held blocks or token times make stale until read.
+_LAZY = ("num_computed", "num_tokens", "num_generated", "held_blocks", "last_token_s")
 # Rows of the int buffer that a decode step (or a stretch of ``k``) raises together.
 _DECODE_ROWS = slice(_INT_COLUMNS.index("num_computed"), _INT_COLUMNS.index("num_generated") + 1)
 # Rows a sampled token raises (the prefill or decode that computed it is already counted).
 _SAMPLE_ROWS = slice(_INT_COLUMNS.index("num_tokens"), _INT_COLUMNS.index("num_generated") + 1)
 
 
+def _lazy_column(name: str) -> property:
+    """A column that pending implicit decode state is written into before it is read; the
+    reader may write it, so the implicit scalars are rebuilt from the columns afterwards."""
+
+    index = _INT_COLUMNS.index(name) if name in _INT_COLUMNS else None
+
+    def get(self: RunningSet) -> Any:
+        rows = self.rows
+        if rows.pending:
+            rows.settle()
+        rows.forget()
+        if index is None:
+            return self._times[: self._size]
+        return self._ints[index, : self._size]
+
+    def set_(self: RunningSet, value: Any) -> None:
+        get(self)[:] = value
+
+    return property(get, set_)
+
+
 class RunningSet:
     """Requests holding KV on a replica, in admission order."""
 
-    # Views of the buffers' live rows, rebound whenever the size or a buffer changes; assigning
-    # to one writes into its buffer (``__setattr__``).
-    ids: IntArray
-    num_computed: IntArray
-    num_tokens: IntArray
-    num_generated: IntArray
-    target: IntArray
-    held_blocks: IntArray
-    last_token_s: FloatArray
+    num_computed = _lazy_column("num_computed")
+    num_tokens = _lazy_column("num_tokens")
+    num_generated = _lazy_column("num_generated")
+    held_blocks = _lazy_column("held_blocks")
+    last_token_s = _lazy_column("last_token_s")
+    rows: ImplicitRows  # the implicit decode state (``engine/implicit.py``)
+    # Each column reads as a view of its buffer's live rows; assigning to one writes into the
+    # buffer (``__setattr__``). ``ids`` and ``target`` never go stale.
     _size: int
     _ints: npt.NDArray[np.int64]  # (column, row): the int columns, in ``_INT_COLUMNS`` order
     _times: FloatArray
-    _rows: list[tuple[str, np.ndarray]]  # each column's name and its whole 1-D buffer
-    _live: npt.NDArray[np.int64]  # ``_ints``' live rows
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(
+        self, capacity: int = 64, block_size: int = 0, max_itl_s: FloatArray | None = None
+    ) -> None:
+        """``block_size``: a uniform pool's block size (every crossing costs one block), which
+        lets stretches keep the rows implicit (0: they read the columns); ``max_itl_s``: the
+        records' worst gaps, written when a row leaves (``ImplicitRows``' ITL log)."""
+        object.__setattr__(self, "rows", ImplicitRows(self, block_size, max_itl_s))
         # The int columns are the rows of one buffer (a shift, a compaction or a stretch's
         # increment is one numpy call for all of them), the token times a buffer of their own.
         self._set_buffers(
@@ -64,17 +101,25 @@ class RunningSet:
 
     def _resize(self, size: int) -> None:
         """Set the number of live rows and rebind the column views to them."""
-        fields = self.__dict__  # plain attributes, written past ``__setattr__``
-        fields["_size"] = size
-        fields["_live"] = self._ints[:, :size]
-        for name, row in self._rows:
-            fields[name] = row[:size]
+        self.__dict__["_size"] = size  # a plain attribute, written past ``__setattr__``
+
+    @property
+    def _live(self) -> npt.NDArray[np.int64]:
+        """``_ints``' live rows."""
+        return self._ints[:, : self._size]
+
+    @property
+    def ids(self) -> IntArray:
+        return self._ints[0, : self._size]
+
+    @property
+    def target(self) -> IntArray:
+        return self._ints[4, : self._size]
 
     def _set_buffers(self, ints: np.ndarray, times: np.ndarray) -> None:
         """Adopt new buffers (and their rows, each a column's 1-D buffer)."""
         fields = self.__dict__
         fields["_ints"], fields["_times"] = ints, times
-        fields["_rows"] = [*zip(_INT_COLUMNS, ints, strict=True), ("last_token_s", times)]
 
     def __len__(self) -> int:
         return self._size
@@ -96,13 +141,15 @@ class RunningSet:
             times = np.zeros(2 * row, dtype=np.float64)
             times[:row] = self._times[:row]
             self._set_buffers(ints, times)
+        lag = self.rows.lag  # stored decode columns lag the pending decode steps
         self._ints[:, row] = (
             request_id,
-            num_computed,
-            num_tokens,
-            num_generated,
+            num_computed - lag,
+            num_tokens - lag,
+            num_generated - lag,
             target,
             held_blocks,
+            self.rows.itl_length,
         )
         self._times[row] = last_token_s
         self._resize(row + 1)
@@ -110,16 +157,25 @@ class RunningSet:
     def decode(self, steps: int) -> None:
         """Every row computes, emits and holds ``steps`` more tokens (``num_computed``,
         ``num_tokens`` and ``num_generated`` each grow by ``steps``), in one numpy call."""
+        self.rows.settle()
+        self.rows.forget()
         self._live[_DECODE_ROWS] += steps
 
     def sample(self) -> None:
         """Every row samples one token: ``num_tokens`` and ``num_generated`` grow by one."""
+        self.rows.settle()
+        self.rows.forget()
         self._live[_SAMPLE_ROWS] += 1
 
     def keep(self, mask: BoolArray) -> None:
         """Drop the rows where ``mask`` is False (finished or preempted requests)."""
+        rows = self.rows
+        rows.settle()
+        rows.forget()
         kept = int(mask.sum())
         size = self._size
+        for row in np.flatnonzero(~mask).tolist():
+            rows.leave(row)
         self._ints[:, :kept] = self._ints[:, :size][:, mask]
         self._times[:kept] = self._times[:size][mask]
         self._resize(kept)
@@ -134,8 +190,9 @@ class RunningSet:
         self.drop_row(int(rows[0]))
 
     def drop_row(self, row: int) -> None:
-        """Drop one row, shifting the rows after it down."""
+        """Drop one row, shifting the rows after it down (the implicit state follows)."""
         size = self._size
+        self.rows.leave(row)
         if row < size - 1:
             self._ints[:, row : size - 1] = self._ints[:, row + 1 : size]
             self._times[row : size - 1] = self._times[row + 1 : size]
@@ -144,25 +201,29 @@ class RunningSet:
     def row_values(self, row: int) -> list[int]:
         """One row's int columns as Python ints: id, num_computed, num_tokens, num_generated,
         target, held_blocks."""
-        values: list[int] = self._ints[:, row].tolist()
-        return values
+        return self.rows.row_values(row)
 
     def pop(self, row: int) -> tuple[int, int, int, int]:
         """Remove the request at ``row``: (id, num_computed, num_tokens, held_blocks)."""
-        rid, computed, tokens, _, _, held = self._ints[:, row].tolist()
+        rid, computed, tokens, _, _, held = self.rows.row_values(row)
         self.drop_row(row)
         return rid, computed, tokens, held
 
     def truncate(self, size: int) -> None:
         """Keep the first ``size`` rows (the last admitted leave, as preemption victims)."""
         assert 0 <= size <= self._size
+        rows = self.rows
+        rows.settle()
+        rows.forget()
+        for row in range(size, self._size):
+            rows.leave(row)
         self._resize(size)
 
     @property
     def all_decoding(self) -> bool:
         """Every request needs exactly one token and has sampled before: no prefill chunk is
         pending (a prompt whose last chunk is one token is still a prefill: it emits the first
-        token)."""
-        return bool(
-            (self.num_tokens - self.num_computed == 1).all() and (self.num_generated > 0).all()
-        )
+        token). Pending decode steps change neither test's columns' difference nor the sign."""
+        live, lag = self._live, self.rows.lag
+        computed, tokens, generated = live[1], live[2], live[3]
+        return bool(((tokens - computed) == 1).all() and (generated > -lag).all())

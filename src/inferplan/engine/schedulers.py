@@ -194,7 +194,10 @@ class Scheduler:
             return reserved_free - unsafe
         free = self.pool.free - unsafe
         if after_decode_step:
-            return free - self.pool.crossing_blocks(self.running.num_computed)
+            run = self.running
+            if run.rows.block:  # implicit rows: from the block-crossing histogram
+                return free - run.rows.crossings(1)
+            return free - self.pool.crossing_blocks(run.num_computed)
         return free
 
     def admission_blocks(self, rid: int, tokens: int, chunk_end: int) -> int:

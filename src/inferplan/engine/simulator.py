@@ -503,6 +503,8 @@ class Simulation:
         raise AssertionError("the earliest clock is within its own bound")
 
     def _result(self) -> SimulationResult:
+        for replica in self.replicas:  # worst gaps of rows still running (an unfinished run)
+            replica.running.rows.flush_itl()
         rec = self.records
         ends = rec.finish_s[np.isfinite(rec.finish_s)]
         start = float(rec.dispatch_s.min()) if rec.num_requests else 0.0

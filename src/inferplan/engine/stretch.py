@@ -50,9 +50,12 @@ class DecodeStretches:
         r = self.replica
         run = r.running
         n = len(run)
-        context = int(_sum(run.num_computed)) + n
+        if run.rows.block:  # implicit rows: the scalars (``engine/implicit.py``)
+            context, remaining = run.rows.total_context(), run.rows.fewest_left()
+        else:
+            context = int(_sum(run.num_computed)) + n
+            remaining = int(_min(run.target - run.num_generated))
         a, b, limit = r.model.decode_line(n, context)
-        remaining = int(_min(run.target - run.num_generated))
         self._known = (r.num_steps, r.now, n, context, remaining)
         k = remaining
         if math.isfinite(limit):
@@ -120,6 +123,8 @@ class DecodeStretches:
             full_rounds = (free // n) * block
             if full_rounds >= k:
                 return k, k
+            if run.rows.block:
+                return k, full_rounds + run.rows.kth_offset(free % n)
             offsets = (-run.num_computed) % block
             return k, full_rounds + int(np.partition(offsets, free % n)[free % n])
         cost, hold = pool.next_crossing_costs(run.num_computed)
@@ -138,6 +143,9 @@ class DecodeStretches:
         """Run ``k`` decode steps of the current batch at once (``context``: its total
         context, ``sum(num_computed) + n``, when the caller knows it)."""
         r = self.replica
+        if r.running.rows.block:
+            self._advance_implicit(k, a, b, context)
+            return
         run, cfg, pool, now = r.running, r.cfg, r.pool, r.now
         n = len(run)
         # Views of the columns: the in-place operations below write through.
@@ -174,6 +182,45 @@ class DecodeStretches:
             remaining = int(_min(target - generated)) + k
         if k >= remaining:
             r.finish((generated >= target).nonzero()[0])
+
+    def _advance_implicit(self, k: int, a: float, b: float, context: int | None) -> None:
+        """``advance_decode`` with the rows implicit (``engine/implicit.py``): the same floats,
+        ITL samples and records, without touching a column when every row emitted at ``now``."""
+        r = self.replica
+        run, pool, now = r.running, r.pool, r.now
+        rows, n = run.rows, len(run)
+        known, self._known = self._known, None
+        remaining = None
+        if known is not None and known[0] == r.num_steps and known[1] == now and known[2] == n:
+            context, remaining = known[3], known[4]
+        elif context is None:
+            context = rows.total_context()
+        first = a + b * context
+        step = b * n
+        total = k * a + b * (k * context + n * k * (k - 1) / 2)
+        r.trace.record(now, pool.used)
+        if r.scheduler.counts_idle_slots:
+            r.count_idle_slots(k)
+        if rows.emitted_at(n) == now:  # every row emitted at now: one ITL mark for all
+            last = first + (k - 1) * step
+            rows.itl_mark(last)
+            r.itl.add_arithmetic(first, step, k, float(n))
+        else:
+            last_token = run.last_token_s  # settles the rows (and forgets the scalars)
+            same = None if _min(last_token) == now else last_token == now
+            gaps = None if same is None else np.where(same, first, now + first - last_token)
+            self._stretch_itl(gaps, same, first, step, k)
+        if remaining is None:
+            remaining = rows.fewest_left()
+        rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
+        # The pool is what rows do not map (shared prefix blocks counted once).
+        pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
+        r.now = now = now + total
+        r.num_steps += k
+        r.scheduler.note_steps(k)
+        rows.emitted(now)
+        if k >= remaining:
+            r.finish(rows.finished_rows())
 
     def _stretch_itl(
         self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int

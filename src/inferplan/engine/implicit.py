@@ -1,0 +1,271 @@
+"""Decode rows kept implicit: a running set's pending decode steps and its scalars (issue 10).
+
+Below capacity nearly every step is a decode of every running row, and a stretch or the vector
+admission step used to reduce or write each column of the batch (tens of small numpy calls per
+event). Here the fast paths keep, per running set:
+
+- **A decode counter** ``lag``: the three decode columns (computed, tokens, generated) are
+  stored minus it, so ``k`` decode steps of every row are ``lag += k``. Rows appended later are
+  stored minus the lag at their append, so one counter serves rows that joined at any step.
+- **Prefixes of stale columns**: rows ``[0, held_rows)`` hold ``ceil(computed / B)`` blocks (a
+  uniform pool, vLLM v1's decode rows) and rows ``[0, time_rows)`` emitted their last token at
+  ``time_s``; their columns are written only when read.
+- **Scalars** over rows ``[0, known_rows)``: the stored computed sum (the total context is
+  ``sum + n * (lag + 1)``), a histogram of the stored computed tokens mod ``B`` (row ``j``
+  crosses into a new block at the steps ``i`` with ``(c_j + i) % B == 0``, so the blocks ``k``
+  steps take and the step at which the pool runs out are ``O(B)``, not ``O(batch)``), the sum
+  of ``ceil(computed / B)`` (the pool's held blocks after a stretch), and a heap of each row's
+  ``target - generated`` (the fewest tokens left is its top minus the lag).
+- **An ITL log**: a stretch's longest step (or a decode step's duration) applies to every row
+  running then; it is pushed on a monotonic stack, and a row's worst gap is the largest entry
+  since it joined (``itl_from``), written into the records when the row leaves. Maxima commute,
+  so a path that writes ``max_itl_s`` directly (chains, doomed cycles, the general step) gives
+  the same record.
+
+Reading a lazy column settles it (the pending steps, blocks and times are written, in one numpy
+call each) and forgets the scalars (the reader may write the columns); the next fast path
+relearns them from the columns. Every value equals what the columns would have held, so results
+are unchanged bit for bit (``tests/engine/test_implicit_rows.py``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from inferplan.engine.running import RunningSet
+
+# Rows of ``RunningSet._ints``: id, computed, tokens, generated, target, held, itl_from.
+_ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = range(7)
+_PRUNE_AT = 1024  # ITL log entries before the ones no running row reads are dropped
+
+
+class ImplicitRows:
+    """A running set's implicit decode state (module docstring)."""
+
+    def __init__(
+        self, run: RunningSet, block_size: int, max_itl_s: npt.NDArray[np.float64] | None
+    ) -> None:
+        self.run, self.block, self.max_itl_s = run, block_size, max_itl_s
+        self.lag = 0
+        self.held_rows = 0
+        self.time_rows, self.time_s = 0, 0.0
+        self.pending = False  # lag, held_rows or time_rows set
+        self.known_rows = 0
+        self.computed_sum = 0
+        self.ceil_sum = 0
+        self.hist = [0] * max(block_size, 1)
+        self.due: list[int] = []
+        self.gone: dict[int, int] = {}
+        self.ceil_held = True  # every known row beyond ``held_rows`` holds ceil(computed / B)
+        self.itl_length = 0
+        self._itl_pos: list[int] = []
+        self._itl_val: list[float] = []
+        self._prune_at = _PRUNE_AT
+
+    # ---- settling ---------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Write the pending decode steps, held blocks and token times into the columns."""
+        if not self.pending:
+            return
+        run = self.run
+        ints, size = run._ints, run._size
+        if self.lag:
+            ints[_COMPUTED : _GENERATED + 1, :size] += self.lag
+            self.lag = 0
+            self.known_rows = 0  # the histogram and sums are of the stored columns
+        if self.held_rows:
+            h, block = self.held_rows, self.block
+            np.floor_divide(ints[_COMPUTED, :h] + (block - 1), block, out=ints[_HELD, :h])
+            self.held_rows = 0
+        if self.time_rows:
+            run._times[: self.time_rows] = self.time_s
+            self.time_rows = 0
+        self.pending = False
+
+    def forget(self) -> None:
+        """The columns may change under us: relearn the scalars before the next fast path."""
+        self.known_rows = 0
+
+    def learn(self) -> None:
+        """Bring the scalars up to date with every row (those appended since, or all)."""
+        run, block, lag = self.run, self.block, self.lag
+        size, start = run._size, self.known_rows
+        if start == 0:  # forgotten (or never known): from nothing
+            self.computed_sum = self.ceil_sum = 0
+            self.hist = [0] * block
+            self.due, self.gone, self.ceil_held = [], {}, True
+        if start == size:
+            return
+        ints = run._ints
+        computed = ints[_COMPUTED, start:size].tolist()
+        keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
+        held = ints[_HELD, start:size].tolist()
+        hist, ceil_held = self.hist, self.ceil_held
+        for row, c in enumerate(computed, start):
+            hist[c % block] += 1
+            blocks = -(-(c + lag) // block)
+            self.ceil_sum += blocks
+            if row >= self.held_rows and held[row - start] != blocks:
+                ceil_held = False
+        self.ceil_held = ceil_held
+        self.computed_sum += sum(computed)
+        if start == 0:
+            keys.sort()  # a sorted list is a heap
+            self.due = keys
+        else:
+            for key in keys:
+                heapq.heappush(self.due, key)
+        self.known_rows = size
+
+    # ---- what the fast paths read -----------------------------------------------------------
+
+    def total_context(self) -> int:
+        """``sum(num_computed) + n``: every row's KV length including the token it computes."""
+        self.learn()
+        n = self.run._size
+        return self.computed_sum + n * (self.lag + 1)
+
+    def fewest_left(self) -> int:
+        """``min(target - num_generated)`` over the rows (there is at least one)."""
+        self.learn()
+        due, gone = self.due, self.gone
+        while gone and due[0] in gone:
+            key = heapq.heappop(due)
+            if gone[key] == 1:
+                del gone[key]
+            else:
+                gone[key] -= 1
+        return due[0] - self.lag
+
+    def crossings(self, k: int) -> int:
+        """Blocks the rows' next ``k`` decode steps take: row ``j`` crosses at the steps ``i``
+        with ``(c_j + i) % B == 0``, so ``k // B`` rounds of every row, and in the rest the rows
+        whose offset ``(-c_j) % B`` is below ``k % B``."""
+        self.learn()
+        block, lag, hist = self.block, self.lag, self.hist
+        if k == 1:
+            return hist[-lag % block]
+        total = self.run._size * (k // block)
+        for offset in range(k % block):
+            total += hist[(-lag - offset) % block]
+        return total
+
+    def kth_offset(self, j: int) -> int:
+        """The ``j``-th smallest (from 0) offset ``(-c) % B`` over the rows (``np.partition``
+        of the offsets), from the histogram."""
+        self.learn()
+        block, lag, hist = self.block, self.lag, self.hist
+        for offset in range(block):
+            count = hist[(-lag - offset) % block]
+            if j < count:
+                return offset
+            j -= count
+        raise ValueError(f"offset {j} past the {self.run._size} rows")
+
+    def finished_rows(self) -> np.ndarray:
+        """Rows whose generated tokens reach their target, ascending."""
+        ints, size = self.run._ints, self.run._size
+        done = ints[_GENERATED, :size] + self.lag >= ints[_TARGET, :size]
+        rows: np.ndarray = done.nonzero()[0]
+        return rows
+
+    def row_values(self, row: int) -> list[int]:
+        """Row ``row``'s id, computed, tokens, generated, target and held blocks."""
+        rid, computed, tokens, generated, target, held, _ = self.run._ints[:, row].tolist()
+        lag = self.lag
+        computed += lag
+        if row < self.held_rows:
+            held = -(-computed // self.block)
+        return [rid, computed, tokens + lag, generated + lag, target, held]
+
+    def holds_ceil(self) -> bool:
+        """Every row holds ``ceil(computed / B)`` blocks (vLLM v1's decode rows do)."""
+        self.learn()
+        return self.ceil_held
+
+    def emitted_at(self, rows: int) -> float | None:
+        """The time rows ``[0, rows)`` all emitted their last token at, if lazily known."""
+        return self.time_s if self.time_rows >= rows and rows else None
+
+    # ---- what the fast paths write ----------------------------------------------------------
+
+    def decode(self, k: int, new_blocks: int, held_rows: int) -> None:
+        """Every row decodes ``k`` tokens (taking ``new_blocks``, ``crossings(k)``); rows
+        ``[0, held_rows)`` then hold ``ceil(computed / B)`` blocks."""
+        self.lag += k
+        self.ceil_sum += new_blocks
+        self.held_rows = held_rows
+        self.pending = True
+
+    def emitted(self, now: float) -> None:
+        """Every row emitted its last token at ``now``."""
+        self.time_rows, self.time_s = self.run._size, now
+        self.pending = True
+
+    def leave(self, row: int) -> None:
+        """Row ``row`` is about to leave (its columns still in place): drop it from the scalars
+        and the stale prefixes, and write its worst gap from the ITL log."""
+        ints = self.run._ints
+        if row < self.known_rows:
+            c = int(ints[_COMPUTED, row])
+            self.computed_sum -= c
+            self.hist[c % self.block] -= 1
+            self.ceil_sum -= -(-(c + self.lag) // self.block)
+            key = int(ints[_TARGET, row] - ints[_GENERATED, row])
+            self.gone[key] = self.gone.get(key, 0) + 1
+            self.known_rows -= 1
+        if row < self.held_rows:
+            self.held_rows -= 1
+        if row < self.time_rows:
+            self.time_rows -= 1
+        self._write_itl(int(ints[_ID, row]), int(ints[_ITL_FROM, row]))
+
+    # ---- the ITL log ------------------------------------------------------------------------
+
+    def itl_mark(self, gap_s: float) -> None:
+        """Every running row had a gap of ``gap_s`` (its worst so far may grow to it)."""
+        vals, poss = self._itl_val, self._itl_pos
+        while vals and vals[-1] <= gap_s:
+            vals.pop()
+            poss.pop()
+        vals.append(gap_s)
+        poss.append(self.itl_length)
+        self.itl_length += 1
+        if len(vals) > self._prune_at:
+            self._prune()
+
+    def itl_restart(self, first_row: int) -> None:
+        """Rows ``[first_row, n)`` read only the log's entries from now on."""
+        self.run._ints[_ITL_FROM, first_row : self.run._size] = self.itl_length
+
+    def flush_itl(self) -> None:
+        """Write every running row's pending worst gap (the run's end)."""
+        ints = self.run._ints
+        for row in range(self.run._size):
+            self._write_itl(int(ints[_ID, row]), int(ints[_ITL_FROM, row]))
+            ints[_ITL_FROM, row] = self.itl_length
+
+    def _write_itl(self, rid: int, start: int) -> None:
+        if self.max_itl_s is None:
+            return
+        i = bisect_left(self._itl_pos, start)
+        if i == len(self._itl_val):
+            return
+        worst = self._itl_val[i]  # the largest entry since ``start`` (a decreasing stack)
+        if not self.max_itl_s[rid] >= worst:  # ``np.fmax``: nan (no gap yet) gives way
+            self.max_itl_s[rid] = worst
+
+    def _prune(self) -> None:
+        """Drop the log's entries before the oldest a running row reads."""
+        size = self.run._size
+        oldest = int(self.run._ints[_ITL_FROM, :size].min()) if size else self.itl_length
+        cut = bisect_left(self._itl_pos, oldest)
+        del self._itl_pos[:cut], self._itl_val[:cut]
+        self._prune_at = max(_PRUNE_AT, 2 * len(self._itl_val))

@@ -1,0 +1,105 @@
+"""The common step with the decode rows implicit (``engine/implicit.py``; issue 10).
+
+``Replica._decode_and_admit_step``'s step (every running row decodes one token, the waiting pass
+admits the queue head) with vLLM v1's scheduler on a uniform pool without admission policies:
+the new blocks come from the block-crossing histogram, the decode context from the scalars, the
+decode itself is the running set's counter, and the old rows' gap is one ITL mark, so the step
+touches only the admitted rows' columns. Every float and record is the one the column form
+computes (the same expressions in the same order); a step the fast form does not cover (an
+admitted prompt that does not finish in this step, a resumed request) writes the columns and
+continues as ``Replica`` does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inferplan.engine.stepshape import step_shape
+
+if TYPE_CHECKING:
+    from inferplan.engine.replica import Replica
+
+# Rows of ``RunningSet._ints`` (``engine/running.py``).
+_COMPUTED, _TOKENS, _GENERATED, _HELD = 1, 2, 3, 5
+
+
+def implicit_decode_and_admit_step(r: Replica) -> bool:
+    """The vector step with implicit rows; False, having done nothing, when the pool cannot
+    give every row its block (the general path runs the step)."""
+    run, pool = r.running, r.pool
+    rows, n = run.rows, len(run)
+    new_blocks = rows.crossings(1)
+    if new_blocks > pool.free:
+        return False
+    pool.free -= new_blocks
+    decode_context = rows.total_context()
+    emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
+    chunks: list[int] = []
+    r.scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
+    r._decoding = None
+    if n == 0 and not chunks:
+        return True
+    ints, lag, size = run._ints, rows.lag, len(run)
+    admitted = ints[:, n:size].tolist()  # the admitted rows' columns, stored (minus the lag)
+    hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
+    duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))
+    r.trace.record(r.now, pool.used)
+    r.now += duration
+    r.num_steps += 1
+    ends = [o + q for o, q in zip(hits, chunks, strict=True)]
+    whole = ends == [t + lag for t in admitted[_TOKENS]]  # every prompt done: all emit
+    if not whole or any(g + lag for g in admitted[_GENERATED]):
+        _general_emit(r, n, ends, duration)
+        return True
+    rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
+    if size > n:  # admitted rows: computed = end; tokens and generated + 1 cancel the lag's + 1
+        ints[_COMPUTED, n:size] = [end - lag - 1 for end in ends]
+        block = rows.block
+        if admitted[_HELD] == [-(-end // block) for end in ends]:
+            rows.held_rows = size
+    _old_rows_gaps(r, n, emitted, duration)
+    rows.itl_restart(n)  # the admitted rows' gaps start at their first token
+    r.records.first_token_s[run.ids[n:]] = r.now
+    rows.emitted(r.now)
+    r._decoding = True  # every row has sampled and needs one token
+    if rows.fewest_left() <= 0:
+        r.finish(rows.finished_rows())
+    return True
+
+
+def _old_rows_gaps(r: Replica, n: int, emitted: float | None, duration: float) -> None:
+    """The ITL of the ``n`` rows that decoded: one step long when all emitted at its start
+    (one mark for all), else each row's gap since its last token (``Replica._record_gaps``)."""
+    if not n:
+        return
+    now = r.now
+    if emitted is not None and emitted == now - duration:
+        r.running.rows.itl_mark(duration)
+        r.itl.add(duration, float(n))
+        return
+    run, rec = r.running, r.records
+    last = run.last_token_s[:n]  # settles the rows
+    same = last == now - duration
+    decoding = run.ids[:n]
+    if same.all():
+        rec.max_itl_s[decoding] = np.fmax(rec.max_itl_s[decoding], duration)
+        r.itl.add(duration, float(n))
+    else:
+        r._record_gaps(decoding, np.where(same, duration, now - last), same, duration)
+
+
+def _general_emit(r: Replica, n: int, ends: list[int], duration: float) -> None:
+    """The rest of the step in column form (``Replica._decode_and_admit_step``): the old rows
+    take their crossing blocks and token, the admitted rows their chunk, and emitting rows
+    sample."""
+    run, block = r.running, r.running.rows.block
+    computed, tokens = run.num_computed, run.num_tokens  # settled, as plain columns
+    run.held_blocks[:n] += computed[:n] % block == 0
+    computed[:n] += 1
+    computed[n:] = ends
+    if ends == tokens[n:].tolist():  # whole prompts of resumed requests: all emit
+        r._emit(slice(0, len(run)), duration)
+    else:
+        r._emit((computed == tokens).nonzero()[0], duration)

@@ -1,0 +1,167 @@
+"""Implicit decode rows (``engine/implicit.py``, issue 10): the scalars a stretch and the vector
+step read must equal what the columns give, and a run with the rows implicit must equal the same
+run with every fast path reading the columns, bit for bit.
+
+- Random sequences of appends, implicit decode stretches, finishes, pops, truncations and
+  column reads: after each, the total context, the fewest tokens left, the blocks of the next
+  ``k`` steps and the ``j``-th smallest block offset against numpy on the settled columns, and
+  the pending worst gaps (the ITL log) against writing ``np.fmax`` per row as before.
+- The fast == exact harness's cases, run twice in fast mode: implicit rows on, and off (every
+  fast path reading and writing the columns, as before): every record, the ITL histogram and
+  the KV trace identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplan.engine.running import RunningSet
+from inferplan.engine.simulator import Simulation, SimulationResult
+
+from .test_fast_equals_exact import BASE, Case, _config, _plan_and_model, _workload, cases
+from .test_fused_advances import _assert_identical
+
+_RECORDS = 64  # request ids drawn below this
+
+
+def _expected_crossings(computed: np.ndarray, k: int, block: int) -> int:
+    """Blocks ``k`` decode steps take, step by step: a row takes one where its next token
+    starts a block."""
+    return sum(int(np.count_nonzero((computed + i) % block == 0)) for i in range(k))
+
+
+def _check_scalars(run: RunningSet, block: int, k: int) -> None:
+    rows = run.rows
+    n = len(run)
+    # Read the scalars first: reading a column settles the rows and forgets them.
+    scalars = (rows.total_context(), rows.fewest_left(), rows.crossings(k))
+    offsets_scalar = [rows.kth_offset(j) for j in range(n)]
+    computed, generated, target = run.num_computed, run.num_generated, run.target
+    assert scalars == (
+        int(computed.sum()) + n,
+        int((target - generated).min()),
+        _expected_crossings(computed, k, block),
+    )
+    assert offsets_scalar == sorted(((-computed) % block).tolist())
+    assert (run.held_blocks >= -(-computed // block)).all()
+
+
+@st.composite
+def _operations(draw: st.DrawFn) -> tuple[int, list[tuple[str, int]]]:
+    block = draw(st.sampled_from([1, 2, 3, 16]))
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["append", "decode", "finish", "pop", "truncate", "read"]),
+                st.integers(0, 40),
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    return block, ops
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=_operations())
+def test_scalars_equal_the_columns_and_the_itl_log_the_per_row_maxima(
+    case: tuple[int, list[tuple[str, int]]],
+) -> None:
+    block, ops = case
+    max_itl = np.full(_RECORDS, np.nan)
+    expected_itl = np.full(_RECORDS, np.nan)
+    run = RunningSet(capacity=2, block_size=block, max_itl_s=max_itl)
+    next_id, clock = 0, 0.0
+    for op, arg in ops:
+        n = len(run)
+        if op == "append" and next_id < _RECORDS:
+            computed = arg * 3 + 1
+            held = -(-computed // block)
+            run.append(next_id, computed, computed + 1, 1 + arg % 3, 5 + arg, held, clock)
+            next_id += 1
+        elif op == "decode" and n:
+            k = 1 + arg % 20
+            _check_scalars(run, block, k)
+            rows = run.rows
+            rows.decode(k, rows.crossings(k), n)
+            gap = 0.5 + (arg % 7) / 8  # gaps that rise and fall, as stretches' do
+            rows.itl_mark(gap)
+            expected_itl[run.ids] = np.fmax(expected_itl[run.ids], gap)
+            clock += 1.0
+            rows.emitted(clock)
+        elif op == "finish" and n:
+            run.drop_row(arg % n)
+        elif op == "pop" and n:
+            row = arg % n
+            rid = int(run.ids[row])
+            assert run.pop(row)[0] == rid
+        elif op == "truncate" and n:
+            run.truncate(arg % (n + 1))
+        elif op == "read" and n:
+            assert (run.last_token_s <= clock).all()
+    if len(run):
+        _check_scalars(run, block, 1)
+    run.rows.flush_itl()
+    np.testing.assert_array_equal(max_itl, expected_itl)
+
+
+def test_pending_decode_steps_reach_every_column_when_read() -> None:
+    run = RunningSet(capacity=2, block_size=16, max_itl_s=np.full(4, np.nan))
+    run.append(0, 16, 17, 1, 50, 1, 0.0)
+    run.append(1, 31, 32, 2, 9, 2, 0.0)
+    rows = run.rows
+    assert rows.crossings(1) == 1  # row 0's next token starts its second block
+    assert rows.crossings(2) == 2  # and row 1's the step after
+    rows.decode(2, rows.crossings(2), 2)
+    rows.emitted(0.5)
+    assert run.row_values(1) == [1, 33, 34, 4, 9, 3]  # ceil(33 / 16): a block per crossing
+    assert rows.fewest_left() == 5
+    assert run.num_computed.tolist() == [18, 33]
+    assert run.num_tokens.tolist() == [19, 34]
+    assert run.num_generated.tolist() == [3, 4]
+    assert run.held_blocks.tolist() == [2, 3]
+    assert run.last_token_s.tolist() == [0.5, 0.5]
+    run.append(2, 3, 4, 0, 5, 1, 0.75)  # a row appended after the decode keeps its own values
+    assert run.row_values(2) == [2, 3, 4, 0, 5, 1]
+
+
+def test_the_itl_log_gives_each_row_the_worst_gap_since_it_joined() -> None:
+    max_itl = np.full(4, np.nan)
+    max_itl[3] = 9.0  # a gap written directly (a chain, the general step) stays if larger
+    run = RunningSet(block_size=16, max_itl_s=max_itl)
+    run.append(3, 1, 2, 1, 100, 1, 0.0)
+    run.append(0, 1, 2, 1, 100, 1, 0.0)
+    run.rows.itl_mark(3.0)
+    run.append(1, 1, 2, 1, 100, 1, 0.0)
+    run.rows.itl_mark(1.0)
+    run.rows.itl_mark(2.0)
+    run.append(2, 1, 2, 1, 100, 1, 0.0)
+    run.drop_row(1)  # row 1 saw 1.0 and 2.0
+    run.drop_row(0)  # row 0 all three
+    run.rows.flush_itl()  # row 2 none: no gap yet
+    assert max_itl[0] == 3.0 and max_itl[1] == 2.0 and np.isnan(max_itl[2])
+    assert max_itl[3] == 9.0
+
+
+def _fast_run(case: Case, *, implicit: bool) -> SimulationResult:
+    plan, model = _plan_and_model()
+    wl = _workload(case)
+    sim = Simulation(wl, _config(case, wl, plan, exact=False), model)
+    if not implicit:
+        for replica in sim.replicas:
+            replica.running.rows.block = 0  # every fast path reads the columns
+    return sim.run()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_implicit_rows_give_the_column_run_bit_for_bit(case: Case) -> None:
+    _assert_identical(_fast_run(case, implicit=True), _fast_run(case, implicit=False))
+
+
+def test_implicit_rows_give_the_column_run_near_capacity() -> None:
+    """Long stretches ended by arrivals and finishes, many admission steps, no preemption."""
+    case = Case(**{**BASE.__dict__, "spare_blocks": None, "request_rate": 2.0})
+    _assert_identical(_fast_run(case, implicit=True), _fast_run(case, implicit=False))
