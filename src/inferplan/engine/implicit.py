@@ -128,13 +128,15 @@ class ImplicitRows:
 
     def total_context(self) -> int:
         """``sum(num_computed) + n``: every row's KV length including the token it computes."""
-        self.learn()
+        if self.known_rows != self.run._size or not self.known_rows:
+            self.learn()
         n = self.run._size
         return self.computed_sum + n * (self.lag + 1)
 
     def fewest_left(self) -> int:
         """``min(target - num_generated)`` over the rows (there is at least one)."""
-        self.learn()
+        if self.known_rows != self.run._size or not self.known_rows:
+            self.learn()
         due, gone = self.due, self.gone
         while gone and due[0] in gone:
             key = heapq.heappop(due)
@@ -148,7 +150,8 @@ class ImplicitRows:
         """Blocks the rows' next ``k`` decode steps take: row ``j`` crosses at the steps ``i``
         with ``(c_j + i) % B == 0``, so ``k // B`` rounds of every row, and in the rest the rows
         whose offset ``(-c_j) % B`` is below ``k % B``."""
-        self.learn()
+        if self.known_rows != self.run._size or not self.known_rows:
+            self.learn()
         block, lag, hist = self.block, self.lag, self.hist
         if k == 1:
             return hist[-lag % block]
@@ -160,7 +163,8 @@ class ImplicitRows:
     def kth_offset(self, j: int) -> int:
         """The ``j``-th smallest (from 0) offset ``(-c) % B`` over the rows (``np.partition``
         of the offsets), from the histogram."""
-        self.learn()
+        if self.known_rows != self.run._size or not self.known_rows:
+            self.learn()
         block, lag, hist = self.block, self.lag, self.hist
         for offset in range(block):
             count = hist[(-lag - offset) % block]
@@ -187,7 +191,8 @@ class ImplicitRows:
 
     def holds_ceil(self) -> bool:
         """Every row holds ``ceil(computed / B)`` blocks (vLLM v1's decode rows do)."""
-        self.learn()
+        if self.known_rows != self.run._size or not self.known_rows:
+            self.learn()
         return self.ceil_held
 
     def emitted_at(self, rows: int) -> float | None:

@@ -29,7 +29,7 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     """The vector step with implicit rows; False, having done nothing, when the pool cannot
     give every row its block (the general path runs the step)."""
     run, pool = r.running, r.pool
-    rows, n = run.rows, len(run)
+    rows, n = run.rows, run._size
     new_blocks = rows.crossings(1)
     if new_blocks > pool.free:
         return False
@@ -41,7 +41,7 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     r._decoding = None
     if n == 0 and not chunks:
         return True
-    ints, lag, size = run._ints, rows.lag, len(run)
+    ints, lag, size = run._ints, rows.lag, run._size
     admitted = ints[:, n:size].tolist()  # the admitted rows' columns, stored (minus the lag)
     hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
     duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))

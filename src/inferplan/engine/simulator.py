@@ -25,16 +25,22 @@ from typing import Any
 
 import numpy as np
 
-from inferplan.engine.admission import Admission, AdmissionConfig, AdmissionLedger
-from inferplan.engine.aging import AgingQueue
+from inferplan.engine.admission import AdmissionConfig, AdmissionLedger
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.offload import offload_summary
-from inferplan.engine.policies import ROUTERS, WaitingQueue, policy_keys
+from inferplan.engine.policies import ROUTERS
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
+from inferplan.engine.simsetup import (
+    admission_ledger,
+    build_replicas,
+    check_config,
+    is_routed_at_arrival,
+    records_for,
+)
 from inferplan.engine.specstretch import can_stretch, spec_stretch
-from inferplan.engine.speculation import SimSpeculation, last_slots, speculate, speculation_summary
+from inferplan.engine.speculation import SimSpeculation, speculate, speculation_summary
 from inferplan.engine.thrash import doomed_cycles
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
@@ -43,7 +49,6 @@ from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.protocol import StepTimeModel
-from inferplan.perf.step_seconds import StepSeconds
 from inferplan.workload.request import Workload
 
 
@@ -91,37 +96,30 @@ class SimulationResult:
     speculative: dict[str, Any] | None = None  # with speculation: ``speculation_summary``
 
 
-def _records_for(workload: Workload, offset_s: float) -> RequestRecords:
-    rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
-    rec.dispatch_s[:] = workload.arrival_s - offset_s
-    rec.input_tokens[:] = workload.input_tokens
-    rec.class_ids[:] = workload.class_ids
-    assert rec.requested_output_tokens is not None
-    rec.requested_output_tokens[:] = workload.output_tokens
-    return rec
-
-
 class Simulation:
     """One run: the replicas, the client, and the clock."""
 
     def __init__(self, workload: Workload, cfg: SimulationConfig, model: StepTimeModel) -> None:
         self.scheduler_kind = SCHEDULERS[cfg.scheduler.scheduler]
-        self._check_config(cfg)
+        check_config(cfg, self.scheduler_kind)
         self.workload, self.cfg = workload, cfg
         sched = cfg.scheduler
         self.pool = BlockPool(sched.num_blocks, sched.block_size, sched.kv_groups)  # arithmetic
         # The clock starts at the first arrival: results must not depend on where a trace's
         # times start, and float clocks near 1.7e9 s (Unix epoch) would lose the step times.
         self.time_offset_s = float(workload.arrival_s[0]) if workload.num_requests else 0.0
-        self.records = _records_for(workload, self.time_offset_s)
+        self.records = records_for(workload, self.time_offset_s)
         if prefix_cache_for(sched, workload) is not None:
             zeros = np.zeros(workload.num_requests, dtype=np.int64)
             self.records = replace(
                 self.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy()
             )
         self.itl = ItlHistogram()
-        self.ledger = self._admission_ledger(workload)
-        self.replicas = self._build_replicas(workload, model)
+        self.ledger = admission_ledger(cfg, workload)
+        self.replicas = build_replicas(
+            cfg, workload, model, self.records, self.itl, self.ledger, same_time_s
+        )
+        speculate(self.replicas, model, cfg.speculative, cfg.max_model_len)
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
@@ -138,57 +136,6 @@ class Simulation:
         self._chains = self._chains_apply()
         # Set by ``run``: how a fused advance reports the finishes it collects (``_advance``).
         self._collects_finishes: Callable[[int], None] | None = None
-
-    def _check_config(self, cfg: SimulationConfig) -> None:
-        if cfg.router not in ROUTERS:
-            raise InferplanError(
-                f"--router: unknown router {cfg.router!r}; valid: {', '.join(ROUTERS)}"
-            )
-        if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
-            raise InferplanError(f"--max-concurrency: must be >= 1, got {cfg.max_concurrency}")
-        budget = cfg.scheduler.max_num_batched_tokens
-        kind = self.scheduler_kind
-        if kind.whole_prompts and kind.can_preempt and budget < cfg.max_model_len:
-            raise InferplanError(
-                f"--max-num-batched-tokens {budget} is below --max-model-len "
-                f"{cfg.max_model_len}: without chunked prefill (prefill-first, as vLLM V0 "
-                "requires) a preempted request's prompt must fit one step"
-            )
-
-    def _build_replicas(self, workload: Workload, model: StepTimeModel) -> list[Replica]:
-        cfg, sched = self.cfg, self.cfg.scheduler
-        predicted = workload.output_tokens
-        if self.ledger is not None:
-            predicted = self.ledger.predictions.point_tokens
-        keys = policy_keys(
-            cfg.scheduling_policy, workload.arrival_s, workload.priorities, predicted
-        )
-        replicas = [
-            Replica(
-                i,
-                sched,
-                model,
-                self.records,
-                workload.input_tokens,
-                self._waiting_queue(keys),
-                self.itl,
-                StepTrace(sched.num_blocks),
-                prefix_cache_for(sched, workload),
-            )
-            for i in range(cfg.data_parallel_size)
-        ]
-        step_s = StepSeconds(model)  # one cache of step plans for all replicas (one model)
-        for replica in replicas:
-            replica.step_s = step_s
-            replica.vector_steps = not cfg.exact
-            if self.ledger is not None and self.ledger.cfg.is_active:
-                scheduler = replica.scheduler
-                scheduler.admission = Admission(
-                    self.ledger, replica.pool, self.records, replica.on_finish
-                )
-                scheduler.admission.offload = replica.offload
-        speculate(replicas, model, cfg.speculative, cfg.max_model_len)
-        return replicas
 
     def _own_arrivals(self) -> RoutedArrivals | None:
         """Each replica's own arrivals, where routing is known before the run (round robin,
@@ -216,47 +163,8 @@ class Simulation:
         )
 
     def _is_routed_at_arrival(self) -> np.ndarray:
-        """Per request: not rejected at arrival (the test ``_arrive`` applies). Rejected: a
-        prompt + output over ``max_model_len``, a prompt that can never be scheduled whole
-        (TensorRT-LLM without chunked context, a prefill-first scheduler) over the token budget,
-        as the engine refuses one, and a request whose KV can never fit the replica's pool,
-        even alone: at its largest it holds the blocks of its whole prompt + output where
-        admission reserves them (static batching, TensorRT-LLM), else of every token but the
-        last sampled one."""
-        wl, sched = self.workload, self.cfg.scheduler
-        total = wl.input_tokens + wl.output_tokens
-        reserves_all = self.scheduler_kind.reserves_whole_request
-        largest = last_slots(total - (0 if reserves_all else 1), self.cfg)  # speculation's too
-        unschedulable = self.pool.blocks_for(largest) > sched.num_blocks
-        if self.scheduler_kind.whole_prompts:
-            unschedulable |= wl.input_tokens > sched.max_num_batched_tokens
-        is_routed: np.ndarray = ~((total > self.cfg.max_model_len) | unschedulable)
-        return is_routed
-
-    def _admission_ledger(self, workload: Workload) -> AdmissionLedger | None:
-        adm = self.cfg.admission
-        if adm is None:
-            return None
-        if adm.is_active and prefix_cache_for(self.cfg.scheduler, workload) is not None:
-            raise InferplanError(
-                f"--admission {adm.policy}: not emulated with prefix caching (the workload has "
-                "prompt-block hashes); add --no-enable-prefix-caching"
-            )
-        return AdmissionLedger(
-            adm,
-            workload.input_tokens,
-            workload.output_tokens,
-            workload.class_ids,
-            self.cfg.max_model_len,
-        )
-
-    def _waiting_queue(self, keys: np.ndarray | None) -> WaitingQueue:
-        adm = self.cfg.admission
-        if adm is None or adm.spf_aging_s is None or keys is None:
-            return WaitingQueue(self.cfg.scheduling_policy, keys)
-        if self.cfg.scheduling_policy != "spf":
-            raise InferplanError("--spf-aging-s: applies with --scheduling-policy spf only")
-        return AgingQueue(keys, self.records.arrival_s, adm.spf_aging_s, same_time_s)
+        """Per request: not rejected at arrival (``simsetup.is_routed_at_arrival``)."""
+        return is_routed_at_arrival(self.cfg, self.workload, self.scheduler_kind, self.pool)
 
     def _next_arrival_s(self) -> float:
         """When the next request reaches the server: its send time, or with a client

@@ -39,7 +39,7 @@ class DecodeStretches:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
         own admission test says so)."""
         r = self.replica
-        n = len(r.running)
+        n = r.running._size
         if n == 0 or n > r.cfg.max_num_batched_tokens:
             return False
         return r.is_decoding() and not r.scheduler.head_can_join()
@@ -49,7 +49,7 @@ class DecodeStretches:
         whether it ends only because step ``k`` cannot get its blocks."""
         r = self.replica
         run = r.running
-        n = len(run)
+        n = run._size
         if run.rows.block:  # implicit rows: the scalars (``engine/implicit.py``)
             context, remaining = run.rows.total_context(), run.rows.fewest_left()
         else:
@@ -188,7 +188,7 @@ class DecodeStretches:
         ITL samples and records, without touching a column when every row emitted at ``now``."""
         r = self.replica
         run, pool, now = r.running, r.pool, r.now
-        rows, n = run.rows, len(run)
+        rows, n = run.rows, run._size
         known, self._known = self._known, None
         remaining = None
         if known is not None and known[0] == r.num_steps and known[1] == now and known[2] == n:
