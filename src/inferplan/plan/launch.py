@@ -37,6 +37,19 @@ def _checkpoint_note(cfg: ReplicaConfig) -> str:
     return f"  # needs a {cfg.quantization}-quantized checkpoint of the model"
 
 
+def _precision_flags(cfg: ReplicaConfig) -> list[str]:
+    """``--dtype``, ``--quantization`` and ``--kv-cache-dtype``: vLLM and SGLang spell them
+    alike."""
+    flags = []
+    if cfg.quantization in ("bf16", "fp16"):
+        flags.append(f"--dtype {'bfloat16' if cfg.quantization == 'bf16' else 'float16'}")
+    elif _ONLINE_FORMATS.get(cfg.quantization):
+        flags.append(f"--quantization {cfg.quantization}")
+    if cfg.kv_cache_dtype != "auto":
+        flags.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
+    return flags
+
+
 def _vllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
     parts = [
         f"vllm serve {model}",
@@ -45,12 +58,7 @@ def _vllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float
     ]
     if cfg.ep:
         parts.append("--enable-expert-parallel")
-    if cfg.quantization in ("bf16", "fp16"):
-        parts.append(f"--dtype {'bfloat16' if cfg.quantization == 'bf16' else 'float16'}")
-    elif _ONLINE_FORMATS.get(cfg.quantization):
-        parts.append(f"--quantization {cfg.quantization}")
-    if cfg.kv_cache_dtype != "auto":
-        parts.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
+    parts += _precision_flags(cfg)
     parts += [
         f"--max-num-seqs {cfg.max_num_seqs}",
         f"--max-num-batched-tokens {cfg.max_num_batched_tokens}",
@@ -88,12 +96,7 @@ def _sglang(model: str, cfg: ReplicaConfig, max_model_len: int, fraction: float)
     ]
     if cfg.ep:
         parts.append(f"--ep-size {cfg.tp}")
-    if cfg.quantization in ("bf16", "fp16"):
-        parts.append(f"--dtype {'bfloat16' if cfg.quantization == 'bf16' else 'float16'}")
-    elif _ONLINE_FORMATS.get(cfg.quantization):
-        parts.append(f"--quantization {cfg.quantization}")
-    if cfg.kv_cache_dtype != "auto":
-        parts.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
+    parts += _precision_flags(cfg)
     parts += [
         f"--max-running-requests {cfg.max_num_seqs}",
         f"--chunked-prefill-size {cfg.max_num_batched_tokens}",
