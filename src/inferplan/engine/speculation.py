@@ -1,7 +1,7 @@
 """Speculative decoding in the simulator: drafts scheduled, verified, accepted and emitted.
 
-vLLM v1 (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py``; notes in
-``/work/shared/notes/engines.md`` §1.6), one step of a running request with ``k`` speculative
+vLLM v1 (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py``; ``docs/simulator.md``
+has the summary and sources), one step of a running request with ``k`` speculative
 tokens:
 
 - **Scheduled tokens.** A decoding request is scheduled for its last sampled token plus its
