@@ -42,8 +42,10 @@ lint: setup
 typecheck: setup
 	$(RUN) mypy
 
+# One pytest worker per core (pytest-xdist); worksteal: the long fast == exact harnesses do not
+# leave one worker running alone at the end.
 unit: setup
-	$(RUN) pytest
+	$(RUN) pytest -n auto --dist worksteal
 
 test: lint typecheck unit
 
