@@ -2,9 +2,9 @@
 
 ``attention_ops`` is what ``RooflineModel`` runs per layer group; its FLOPs and bytes are the
 formulas of ``docs/modeling.md`` (causal prefill pairs, MLA absorbed for decode and expanded for
-prefill, sliding windows capping what is read, a linear-attention layer's whole state read and
-written each step). Decode terms stay affine in the replica's context, so a pure-decode stretch
-keeps its closed form.
+prefill, sliding windows and Llama 4's chunks (``specs/chunked.py``) capping what is read, a
+linear-attention layer's whole state read and written each step). Decode terms stay affine in
+the replica's context, so a pure-decode stretch keeps its closed form.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.op import ACT_BYTES, Op
+from inferplan.specs.chunked import attention_span
 from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
 from inferplan.specs.model import AttentionSpec
 
@@ -75,9 +76,12 @@ def attention_ops(
         up_flops = 0.0
         decode_flops = pair_flops
     pairs, cached = s.pairs, s.cached
-    if att.window_tokens is not None:
-        pairs = min(pairs, s.prefill * att.window_tokens)
-        cached = min(cached, s.prefill_seqs * att.window_tokens)
+    span = attention_span(att)
+    if span is not None:
+        pairs = min(pairs, s.prefill * span)
+        # a window reads its last ``window`` tokens, a chunked layer at most one chunk
+        reach = att.window_tokens if att.window_tokens is not None else att.chunk_tokens
+        cached = min(cached, s.prefill_seqs * (reach or span))
     io = 2 * heads * att.head_dim * ACT_BYTES
     ops = []
     if s.prefill:
@@ -112,7 +116,7 @@ def _decode_op(
     """The decode rows' KV reads: capped by a saturated sliding window, else affine in the
     context (evaluated at the micro-batch's context: this rank reads 1/dpa of it)."""
     token_bytes, decode_flops, io = per_token
-    n, window = s.decode_seqs, att.window_tokens
+    n, window = s.decode_seqs, attention_span(att)
     context = batch.decode_context_tokens / s.share
     # Speculative verify (``perf/speculative.py``): ``q`` queries per sequence read its KV once;
     # query ``j`` also attends to the ``j`` draft tokens before it.

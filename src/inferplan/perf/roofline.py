@@ -34,6 +34,7 @@ from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
+from inferplan.specs.chunked import attention_span
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
@@ -159,7 +160,7 @@ class RooflineModel:
                 lower = max(lower, point * m)
         a += sum(fixed.values()) * factor + self.pipeline_sends(batch)
         b /= m
-        windows = [g.attention.window_tokens for g in self.groups]
+        windows = [attention_span(g.attention) for g in self.groups]
         window_lower, window_limit = window_range(windows, num_seqs, context_tokens)
         line = (a, b, max(lower, window_lower), min(limit, window_limit))
         hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)

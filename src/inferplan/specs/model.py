@@ -10,12 +10,12 @@ The reading rules follow the Hugging Face modelling code of each family (``trans
 Gemma-3's ``sliding_window_pattern``), hybrid layers (Qwen3-Next ``full_attention_interval``),
 dense-first MoE stacks (DeepSeek ``first_k_dense_replace``, Qwen3-MoE ``mlp_only_layers`` and
 ``decoder_sparse_step``), Nemotron-H blocks of one sublayer each (``hybrid_override_pattern``,
-``specs/hybrid.py``: a layer's absent half is kind ``none``), interleaved MoE (Llama 4
-``interleave_moe_layer_step``). Per-family extras (q/k norms, biases, attention sinks, gated
-queries, routing-correction biases; GLM-4-MoE's q/k norm by ``use_qk_norm`` and its
-``attention_bias`` on q/k/v only) are switched by ``model_type``; everything else comes
-from the fields themselves, so an unknown family with the standard fields reads as a dense
-decoder, and one without them fails with an error naming the missing field.
+``specs/hybrid.py``: a layer's absent half is kind ``none``), Llama 4's interleaved MoE
+(``interleave_moe_layer_step``) and chunked attention (``specs/chunked.py``). Per-family extras
+(q/k norms, biases, attention sinks, gated queries, routing-correction biases; GLM-4-MoE's q/k norm
+by ``use_qk_norm`` and its ``attention_bias`` on q/k/v only) are switched by ``model_type``;
+everything else comes from the fields themselves, so an unknown family with the standard fields
+reads as a dense decoder, and one without them fails with an error naming the missing field.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from inferplan.errors import InferplanError
 from inferplan.limits import MAX_CONFIG_LAYERS, MAX_CONFIG_POSITIONS
+from inferplan.specs.chunked import with_chunks
 from inferplan.specs.config_fields import ConfigFields
 from inferplan.specs.hybrid import hybrid_blocks, mamba2_fields
 
@@ -98,6 +99,7 @@ class AttentionSpec:
     conv_kernel_size: int = 0
     is_mamba2: bool = False  # Nemotron-H Mamba-2 mixer (its own projection shapes)
     has_fp32_state: bool = False  # recurrent state kept in fp32 (mamba_ssm_cache_dtype)
+    chunk_tokens: int | None = None  # chunked local attention (Llama 4, specs/chunked.py)
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         attentions = [_attention(f, model_type, m) if m else NO_ATTENTION for m, _ in blocks]
         ffns = [_block_ffn(f, model_type, kind) for _, kind in blocks]
     else:
-        attentions = _layer_attentions(f, model_type, num_layers)
+        attentions = with_chunks(f, model_type, _layer_attentions(f, model_type, num_layers))
         ffns = _layer_ffns(f, model_type, num_layers)
     layers = tuple(LayerGroup(a, m, 1) for a, m in zip(attentions, ffns, strict=True))
     dtype_name = top.get_str("torch_dtype", "") or f.get_str("torch_dtype", "bfloat16")
