@@ -6,9 +6,10 @@ chunk; a NoPE layer attends to the whole context (HF ``transformers`` ``models/l
 ``Llama4TextConfig`` builds ``no_rope_layers`` as ``(i + 1) % no_rope_layer_interval != 0``,
 interval 4, when the config gives none, and ``Llama4TextAttention`` uses chunked attention
 exactly where it uses RoPE). So three layers in four are local. TensorRT-LLM reads the same
-field and masks its context (FMHA) and generation (MMHA) attention by chunk for Llama 4
-(``docs/source/features/long-sequence.md``, "Chunked attention"; PR #6306); vLLM and SGLang run
-it as chunked local attention too.
+field for Llama 4 and masks its context attention by chunk (``docs/source/features/
+long-sequence.md``, "Chunked attention"), and in later sources its generation attention too
+(``attentionOp.cpp`` passes ``chunked_attention_size`` to XQA; PR #6306); vLLM and SGLang run it
+as chunked local attention. ``docs/modeling.md`` section 3 has what is unresolved.
 
 Modelling: a query at position ``p`` of a chunked layer attends to ``p mod chunk + 1`` tokens,
 half a chunk on average once the context is long, so the attention *core* of such a layer is
