@@ -37,7 +37,8 @@ from inferplan.engine.loop_order import AdvanceLog, loop_order
 from inferplan.engine.replica import Replica
 from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
 from inferplan.errors import InferplanError
-from inferplan.metrics.itl_log import ItlLog, pack_updates, replay_into
+from inferplan.metrics.itl_log import ItlLog, replay_into
+from inferplan.metrics.moments import Update
 from inferplan.metrics.records import RequestStatus
 
 
@@ -53,8 +54,8 @@ class ReplicaRun:
     idle_slot_steps: int
     counts: npt.NDArray[np.float64]  # ITL bin counts
     is_integral: bool
-    updates: npt.NDArray[np.float64]  # ITL moment updates, packed (``metrics/itl_log.py``)
-    update_offsets: npt.NDArray[np.int64]  # the first update of each advance, and the end
+    updates: list[Update]  # ITL moment updates in its order (``metrics/itl_log.py``)
+    update_offsets: list[int]  # the first update of each advance, and the end
     advances: AdvanceLog
 
 
@@ -187,8 +188,8 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
         idle_slot_steps=replica.idle_slot_steps,
         counts=itl.counts.copy(),
         is_integral=itl.is_integral,
-        updates=pack_updates(itl.log),
-        update_offsets=np.asarray(offsets, dtype=np.int64),
+        updates=itl.log,
+        update_offsets=offsets,
         advances=log,
     )
 
@@ -238,24 +239,12 @@ def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
     return sim._result()
 
 
-def _updates_in_order(runs: list[ReplicaRun], order: npt.NDArray[np.int64]) -> np.ndarray:
+def _updates_in_order(runs: list[ReplicaRun], order: npt.NDArray[np.int64]) -> list[Update]:
     """Every replica's ITL updates, advance by advance in the loop's ``order``."""
-    num = len(runs)
-    # The j-th advance of replica r in the loop's order: its position among r's advances.
-    nth = np.zeros(len(order), dtype=np.int64)
-    for r in range(num):
-        mine = order == r
-        nth[mine] = np.arange(int(mine.sum()))
-    bases = np.cumsum([0] + [len(run.updates) for run in runs])[:-1]
-    starts = np.empty(len(order), dtype=np.int64)
-    lengths = np.empty(len(order), dtype=np.int64)
-    for r, run in enumerate(runs):
-        mine = order == r
-        starts[mine] = bases[r] + run.update_offsets[nth[mine]]
-        lengths[mine] = np.diff(run.update_offsets)[nth[mine]]
-    everything = np.concatenate([run.updates for run in runs]) if num else np.empty((0, 7))
-    total = int(lengths.sum())
-    # Row k of the result: its advance's start plus its rank within the advance.
-    advance = np.repeat(np.arange(len(order)), lengths)
-    rank = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return everything[starts[advance] + rank]
+    merged: list[Update] = []
+    position = [0] * len(runs)
+    for r in order.tolist():
+        j, run = position[r], runs[r]
+        position[r] = j + 1
+        merged.extend(run.updates[run.update_offsets[j] : run.update_offsets[j + 1]])
+    return merged

@@ -8,9 +8,6 @@ order dependent in the last bits. Replicas simulated apart (``engine/apart.py``)
 ``replay_into`` then adds the counts to the run's histogram and feeds the updates to it in the
 order the interleaved event loop would have made them, so mean and standard deviation are the
 same floats as the interleaved run's.
-
-Updates travel between processes packed in one float array (``pack_updates``), a row per
-update padded with ``nan`` (a tuple of Python floats per update costs about four times more).
 """
 
 from __future__ import annotations
@@ -19,11 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.metrics.histogram import ItlHistogram
-from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Update
-
-UPDATE_WIDTH = 7  # the longest update: (MANY, min, max, weighted sum, weight, mean, m2)
-_WIDTHS = {ONE: 3, ARITHMETIC: 6, MANY: 7}
-REPLAY_CHUNK = 65_536  # updates unpacked to tuples at a time
+from inferplan.metrics.moments import Update
 
 
 class ItlLog(ItlHistogram):
@@ -42,22 +35,8 @@ class ItlLog(ItlHistogram):
         return self._integral
 
 
-def pack_updates(updates: list[Update]) -> npt.NDArray[np.float64]:
-    """The updates as rows of ``UPDATE_WIDTH`` floats (``nan`` past each update's end)."""
-    packed = np.full((len(updates), UPDATE_WIDTH), np.nan, dtype=np.float64)
-    for width in sorted(set(_WIDTHS.values())):
-        rows = [i for i, update in enumerate(updates) if len(update) == width]
-        if rows:
-            packed[rows, :width] = [updates[i] for i in rows]
-    return packed
-
-
-def replay_into(
-    hist: ItlHistogram, counts: npt.NDArray[np.float64], packed: npt.NDArray[np.float64]
-) -> None:
-    """Add ``counts`` (integral) to ``hist``'s bins and apply the packed updates in row order,
-    as if every add had been made on ``hist`` itself."""
+def replay_into(hist: ItlHistogram, counts: npt.NDArray[np.float64], updates: list[Update]) -> None:
+    """Add ``counts`` (integral) to ``hist``'s bins and apply ``updates`` in order, as if
+    every add had been made on ``hist`` itself."""
     hist.counts[:] += counts
-    for start in range(0, len(packed), REPLAY_CHUNK):
-        rows = packed[start : start + REPLAY_CHUNK].tolist()
-        hist.queue_updates([tuple(row[: _WIDTHS[int(row[0])]]) for row in rows])
+    hist.queue_updates(updates)
