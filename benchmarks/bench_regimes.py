@@ -118,11 +118,14 @@ def _workload(regime: Regime, num_requests: int, max_model_len: int) -> Any:
 
 
 def measure_once(
-    name: str, num_requests: int | None = None, *, bare: bool = False
+    name: str, num_requests: int | None = None, *, bare: bool = False, sim_workers: int = 1
 ) -> dict[str, float]:
     """Build and run one regime in this process; its wall time and this process's peak RSS
-    (``bare``: the workload as generated, without ``session.served_workload``'s own blocks)."""
+    (``bare``: the workload as generated, without ``session.served_workload``'s own blocks;
+    ``sim_workers`` > 1: replicas apart in that many processes, ``engine/apart.py``, whose CPU
+    seconds and peak RSS are reported beside this process's)."""
     from inferplan.cli_flags import build_memory_plan
+    from inferplan.engine.apart import run_apart
     from inferplan.engine.session import ServingOptions, served_workload, simulation_config
     from inferplan.engine.simulator import Simulation
     from inferplan.perf.factory import build_step_model
@@ -140,12 +143,16 @@ def measure_once(
     if not bare:  # what ``inferplan simulate`` runs: vLLM v1's own blocks included
         workload = served_workload(workload, options, cfg)
     start, start_cpu = time.perf_counter(), time.process_time()
-    res = Simulation(workload, cfg, model).run()
+    children_before = _children_cpu_s()
+    sim = Simulation(workload, cfg, model)
+    res = sim.run() if sim_workers == 1 else run_apart(sim, sim_workers)
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     return {
         "wall_s": wall_s,
         "cpu_s": cpu_s,
+        "workers_cpu_s": _children_cpu_s() - children_before,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "workers_peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "num_requests": float(num),
         "num_steps": float(res.num_steps),
         "output_tokens": float(res.records.output_tokens.sum()),
@@ -153,6 +160,11 @@ def measure_once(
         "preemptions": float(res.records.num_preemptions.sum()),
         "simulated_s": res.duration_s,
     }
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _in_subprocess(name: str, num_requests: int | None, bare: bool) -> dict[str, float]:
@@ -190,8 +202,14 @@ if __name__ == "__main__":
     parser.add_argument(
         "--bare", action="store_true", help="the workload as generated, without own blocks"
     )
+    parser.add_argument(
+        "--sim-workers", type=int, default=1, help="replicas apart in N processes (--one)"
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure_once(args.one, args.num_requests, bare=args.bare)))
+        result = measure_once(
+            args.one, args.num_requests, bare=args.bare, sim_workers=args.sim_workers
+        )
+        print(json.dumps(result))
     else:
         print(json.dumps(main(args.repeats, args.num_requests, args.bare), indent=2))

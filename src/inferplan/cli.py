@@ -42,7 +42,12 @@ from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
 from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
 from inferplan.errors import DoesNotFitError, InferplanError
-from inferplan.limits import MAX_NUM_REQUESTS, MAX_NUM_SEQS, MAX_SCHEDULER_STEPS
+from inferplan.limits import (
+    MAX_NUM_REQUESTS,
+    MAX_NUM_SEQS,
+    MAX_SCHEDULER_STEPS,
+    MAX_SIM_WORKERS,
+)
 from inferplan.memory.advice import does_not_fit_message
 from inferplan.perf.moe_report import expert_parallel_report
 from inferplan.perf.speculative import speculative_report
@@ -206,6 +211,14 @@ def roofline(
     "host costs fitted to trtllm-bench runs, every decode batch graphed, no HTTP front end)",
 )
 @click.option("--exact", is_flag=True, help="Step every iteration (the reference mode)")
+@click.option(
+    "--sim-workers",
+    type=bounded(1, MAX_SIM_WORKERS, limit="MAX_SIM_WORKERS"),
+    default=1,
+    show_default=True,
+    help="Processes that simulate DP replicas apart under round robin (the same output as one "
+    "process, in less wall time; other routers and options run in one process)",
+)
 @click.option("--metric-percentiles", default="99", show_default=True)
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
 @click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True)
@@ -235,6 +248,7 @@ def simulate(
     router: str,
     runtime: str | None,
     exact: bool,
+    sim_workers: int,
     metric_percentiles: str,
     goodput: tuple[str, ...],
     moe_skew: float,
@@ -260,6 +274,7 @@ def simulate(
         schedule_conservativeness=schedule_conservativeness,
         speculative=speculative.simulation(workload.seed, disagg.disaggregate),
         **tiers.serving_fields(),
+        sim_workers=sim_workers,
     )
     shapes = {
         "prefill": pools.PoolShape(disagg.prefill_gpu, disagg.prefill_tp, disagg.prefill_dp),

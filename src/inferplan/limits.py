@@ -36,6 +36,7 @@ MAX_NUM_SEQS = 2**20  # --max-num-seqs, --batch-sizes
 MAX_BLOCK_TOKENS = 4096  # --block-size for engines without a fixed list
 MAX_SIMULATED_REPLICAS = 1024  # simulate: replicas stepped side by side (0.3 s to set up)
 MAX_SCHEDULER_STEPS = 1024  # --num-scheduler-steps (vLLM V0 used 8-16)
+MAX_SIM_WORKERS = 256  # simulate --sim-workers: processes (one per replica at most runs)
 MIN_BURSTINESS = 0.01
 MAX_SEED = 2**64 - 1
 MAX_LIST_VALUES = 1000  # comma-separated flag lists (--batch-sizes, --metric-percentiles)

@@ -279,6 +279,12 @@ class ItlHistogram:
         if len(updates) >= QUEUED_UPDATES:
             self._settled()
 
+    def queue_updates(self, updates: list[Update]) -> None:
+        """Apply moment updates made elsewhere, in order, as if this histogram's adds had
+        made them (``metrics/itl_log.py``: replicas simulated apart)."""
+        self._updates.extend(updates)
+        self._settled()
+
     def merge(self, other: ItlHistogram) -> None:
         """Fold ``other`` into this histogram (e.g. per-replica histograms into a cluster one)."""
         if other.grid is not self.grid and other.grid.edges_list != self.grid.edges_list:

@@ -1,0 +1,250 @@
+"""Replicas simulated apart, in parallel processes, with the interleaved run's exact result.
+
+Where routing reads no replica state (``round_robin``: ``engine/routed_arrivals.py``) every
+replica's request stream is known before the run, so each replica can run alone to its end:
+route its own arrivals that are due at its clock (``Simulation._arrive``'s rule, within
+``same_time_s``), advance (``Simulation._advance_once``), repeat. Replicas share nothing an
+advance reads: each writes its own requests' records, and only the ITL histogram's moments
+(whose float sums depend on the order of adds) are shared. So groups of replicas run in worker
+processes (``fork``), each replica writing an ``ItlLog`` and an ``AdvanceLog``; the parent then
+replays the event loop's choices on the logged clocks (``engine/loop_order.py``), which checks
+that every advance saw the arrivals the interleaved loop would have routed to it by then, and
+applies the ITL updates in the loop's order. The result is byte-identical to
+``Simulation.run``'s; where the check fails (an arrival within rounding of two replicas'
+tied clocks), a worker raises, or ``fork`` is not available, the run falls back to
+``Simulation.run``, so the output never depends on the number of workers.
+
+What runs apart: fast mode, several replicas, round robin, no client concurrency limit, and no
+KV tiers, admission policies or speculative decoding (their state or timers are per run, or an
+advance reads the global next arrival), and ``Simulation`` itself (not a subclass). CPU seconds
+are those of the interleaved run plus the logs and the replay (a few per cent); wall seconds
+divide by the workers up to the number of replicas.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from inferplan.engine.loop_order import AdvanceLog, loop_order
+from inferplan.engine.replica import Replica
+from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
+from inferplan.errors import InferplanError
+from inferplan.metrics.itl_log import ItlLog, replay_into
+from inferplan.metrics.moments import Update
+from inferplan.metrics.records import RequestStatus
+
+
+@dataclass
+class ReplicaRun:
+    """What one replica run apart hands back: its requests' record rows and its own state."""
+
+    index: int
+    columns: dict[str, npt.NDArray[Any]]  # record column -> the rows of its requests
+    trace: Any  # StepTrace
+    cache: Any  # its prefix cache (or None)
+    num_steps: int
+    idle_slot_steps: int
+    counts: npt.NDArray[np.float64]  # ITL bin counts
+    is_integral: bool
+    updates: list[Update]  # ITL moment updates in its order (``metrics/itl_log.py``)
+    update_offsets: list[int]  # the first update of each advance, and the end
+    advances: AdvanceLog
+
+
+def runs_apart(sim: Simulation) -> bool:
+    """Whether ``sim`` can run its replicas apart (the module docstring)."""
+    cfg = sim.cfg
+    return (
+        type(sim) is Simulation
+        and sim.own_arrivals is not None
+        and cfg.admission is None
+        and cfg.speculative is None
+        and cfg.scheduler.kv_tiers is None
+        and sim.next_request == 0
+        and not any(r.has_work for r in sim.replicas)
+    )
+
+
+def run_apart(
+    sim: Simulation, workers: int, on_progress: Callable[[int], None] | None = None
+) -> SimulationResult:
+    """``sim.run()``'s result, with groups of replicas run apart in ``workers`` processes
+    (in this process when 1); ``sim.run()`` itself where they cannot run apart.
+    ``on_progress`` hears of every request at the end (the workers do not report)."""
+    if workers < 1:
+        raise InferplanError(f"--sim-workers: must be >= 1, got {workers}")
+    if not runs_apart(sim):
+        return sim.run(on_progress=on_progress)
+    merged = try_apart(sim, workers)
+    if merged is None:  # not the interleaved run: run that instead, from the start
+        model = sim.replicas[0].model
+        return Simulation(sim.workload, sim.cfg, model).run(on_progress=on_progress)
+    if on_progress is not None and sim.num_done:
+        on_progress(sim.num_done)
+    return merged
+
+
+def try_apart(sim: Simulation, workers: int) -> SimulationResult | None:
+    """The replicas of ``sim`` (``runs_apart``) run apart and merged; None where the result
+    would not be the interleaved run's (``sim`` may then be spent: build a new one)."""
+    if workers == 1:
+        runs = _run_group(sim, list(range(len(sim.replicas))))
+    else:
+        runs = _in_workers(sim, workers)
+    return None if runs is None else _merge(sim, runs)
+
+
+def _in_workers(sim: Simulation, workers: int) -> list[ReplicaRun] | None:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    groups = [list(range(len(sim.replicas)))[g::workers] for g in range(workers)]
+    groups = [g for g in groups if g]
+    ctx = multiprocessing.get_context("fork")  # the workers inherit ``sim`` unpickled
+    with ProcessPoolExecutor(
+        len(groups), mp_context=ctx, initializer=_adopt, initargs=(sim,)
+    ) as ex:
+        parts = list(ex.map(_run_adopted, groups))
+    if any(part is None for part in parts):
+        return None
+    return sorted((run for part in parts if part for run in part), key=lambda run: run.index)
+
+
+_ADOPTED: list[Simulation] = []  # a worker process's own copy of the simulation (fork)
+
+
+def _adopt(sim: Simulation) -> None:
+    _ADOPTED.append(sim)
+
+
+def _run_adopted(group: list[int]) -> list[ReplicaRun] | None:
+    return _run_group(_ADOPTED[-1], group)
+
+
+def _run_group(sim: Simulation, group: list[int]) -> list[ReplicaRun] | None:
+    """Run each replica of ``group`` alone to its end; None where one is stuck (the
+    interleaved run then says why)."""
+    assert sim.own_arrivals is not None
+    routed = np.asarray(sim._routed_at_arrival, dtype=bool)
+    replica_of = sim.own_arrivals.replica_of
+    runs = []
+    for index in group:
+        ids = np.flatnonzero(routed & (replica_of == index))
+        run = _run_alone(sim, sim.replicas[index], ids.tolist())
+        if run is None:
+            return None
+        runs.append(run)
+    return runs
+
+
+def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun | None:
+    """``replica`` alone: its own arrivals routed as ``Simulation.run`` routes them (the
+    arrivals due within rounding of its clock, before it advances), one advance at a time."""
+    own, rec = sim.own_arrivals, sim.records
+    assert own is not None
+    times: list[float] = rec.dispatch_s[ids].tolist()
+    itl = ItlLog()
+    replica.itl = itl
+    log = AdvanceLog([], [], [], [])
+    offsets: list[int] = []
+    pos, num = 0, len(ids)
+    while True:
+        if pos < num and (
+            not replica.has_work or times[pos] <= replica.now + same_time_s(replica.now)
+        ):
+            if not replica.has_work:
+                replica.now = max(replica.now, times[pos])
+            own.note_routed(ids[pos], replica.index)
+            replica.add_request(ids[pos])
+            pos += 1
+            continue
+        if not replica.has_work:
+            break
+        steps, now = replica.num_steps, replica.now
+        log.start_s.append(now)
+        log.num_routed.append(pos)
+        offsets.append(len(itl.log))
+        sim._advance_once(replica, times[pos] if pos < num else math.inf)
+        if replica.num_steps == steps and replica.now == now and not len(replica.running):
+            return None  # stuck (``Simulation._stuck``)
+        log.end_s.append(replica.now)
+        log.has_work.append(replica.has_work)
+        replica.on_finish.clear()
+    replica.running.rows.flush_itl()
+    offsets.append(len(itl.log))
+    return ReplicaRun(
+        index=replica.index,
+        columns=_record_rows(sim, ids),
+        trace=replica.trace,
+        cache=replica.pool.cache,
+        num_steps=replica.num_steps,
+        idle_slot_steps=replica.idle_slot_steps,
+        counts=itl.counts.copy(),
+        is_integral=itl.is_integral,
+        updates=itl.log,
+        update_offsets=offsets,
+        advances=log,
+    )
+
+
+# Columns the run does not write, or writes outside a replica (the arrival, in ``_merge``).
+_NOT_WRITTEN = {"arrival_s", "dispatch_s", "input_tokens", "class_ids", "requested_output_tokens"}
+
+
+def _record_rows(sim: Simulation, ids: list[int]) -> dict[str, npt.NDArray[Any]]:
+    """The rows of ``ids`` of every record column a replica writes."""
+    rows = np.asarray(ids, dtype=np.int64)
+    out = {}
+    for spec in fields(sim.records):
+        column = getattr(sim.records, spec.name)
+        if isinstance(column, np.ndarray) and spec.name not in _NOT_WRITTEN:
+            out[spec.name] = column[rows]
+    return out
+
+
+def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
+    """The interleaved run's result from the replicas' runs, or None where the event loop
+    would not have run them so (``loop_order``) or the ITL counts are not integral."""
+    if not all(run.is_integral for run in runs):
+        return None
+    assert sim.own_arrivals is not None
+    routed = np.asarray(sim._routed_at_arrival, dtype=bool)
+    arrival_s = sim.records.dispatch_s[routed].tolist()
+    replica_of = sim.own_arrivals.replica_of[routed].tolist()
+    order = loop_order(arrival_s, replica_of, [run.advances for run in runs], same_time_s)
+    if order is None:
+        return None
+    rec = sim.records
+    rec.arrival_s[:] = rec.dispatch_s  # every request reaches the server at its send time
+    rec.status[~routed] = int(RequestStatus.REJECTED)
+    sim.num_done = int(np.count_nonzero(~routed))
+    for run in runs:
+        ids = np.flatnonzero(routed & (sim.own_arrivals.replica_of == run.index))
+        for name, values in run.columns.items():
+            getattr(rec, name)[ids] = values
+        replica = sim.replicas[run.index]
+        replica.trace, replica.pool.cache = run.trace, run.cache
+        replica.num_steps, replica.idle_slot_steps = run.num_steps, run.idle_slot_steps
+        sim.num_done += len(ids)
+    sim.next_request = rec.num_requests
+    counts = np.sum([run.counts for run in runs], axis=0)
+    replay_into(sim.itl, counts, _updates_in_order(runs, order))
+    return sim._result()
+
+
+def _updates_in_order(runs: list[ReplicaRun], order: npt.NDArray[np.int64]) -> list[Update]:
+    """Every replica's ITL updates, advance by advance in the loop's ``order``."""
+    merged: list[Update] = []
+    position = [0] * len(runs)
+    for r in order.tolist():
+        j, run = position[r], runs[r]
+        position[r] = j + 1
+        merged.extend(run.updates[run.update_offsets[j] : run.update_offsets[j + 1]])
+    return merged
