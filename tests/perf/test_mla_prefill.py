@@ -8,7 +8,7 @@ import pytest
 from inferplan.memory.plan import MemoryConfig, plan_memory
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import efficiency_for
-from inferplan.perf.engine_kernels import scale_kernels, with_engine_kernels
+from inferplan.perf.engine_kernels import bundled_kernels, scale_kernels, with_engine_kernels
 from inferplan.perf.factory import build_step_model
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import load_gpu
@@ -59,3 +59,10 @@ def test_with_engine_kernels_passes_the_engine_class() -> None:
     eff = efficiency_for(load_gpu("h200_sxm_141gb"))
     assert with_engine_kernels(eff, "vllm-v1", "mla").attention_compute == eff.attention_compute
     assert with_engine_kernels(eff, "sglang", "mla").attention_compute < eff.attention_compute
+
+
+def test_vllm_fp8_and_mla_classes_share_one_factor() -> None:
+    """DeepSeek-R1's GEMMs are FP8 block-scaled: vLLM's mla class is fitted with its fp8 class
+    (scripts/fit_frontend.py TIED), so the bundled factors are equal."""
+    factors = bundled_kernels()["vllm-v1"]
+    assert factors["fp8"] == factors["mla"]
