@@ -33,7 +33,7 @@ import yaml
 
 from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
-from inferplan.perf.efficiency import efficiency_for
+from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
 from inferplan.perf.vllm_moe import vllm_kernel_class
 from inferplan.plan.chat_stream import empty_chunks
@@ -78,7 +78,24 @@ HOSTS = [(5 * MS, 100 * US), (1.25 * MS, 25 * US)]
 # (GPUStack's gpt-oss-20b on one A100, `32000/100`, TPOT 278.2 ms synchronous, 275.0 ms async)
 # and 20 us per sequence and step (`2000/100`, 119.2 vs 114.2 ms at 256 sequences; 13 us per
 # sequence on A100 in vllm-project/vllm#23914: 5.4 % of 63 ms at 256 sequences).
-VLLM_HOSTS = [(1 * MS, 5 * US), (1 * MS, 20 * US), (3 * MS, 5 * US), (3 * MS, 20 * US)]
+# A third value is a per-layer floor (``layer_overhead_s``): the time a decoder layer's kernels take
+# however little they compute. Inside a CUDA graph a kernel costs about 3 us even when it does
+# almost nothing (developer.nvidia.com/blog/cuda-graphs: 20 kernels of 2.9 us each ran at 3.4 us
+# apiece when replayed as a graph), and a vLLM decoder layer runs 10-20 of them (norms, the
+# projections with their FP8/MXFP4 activation quantisation, rotary and cache write, attention, the
+# all-reduces, the MoE router, align, expert and sum kernels), where the roofline charges a decode
+# step of a few sequences well under a microsecond for most of them: 20 or 40 us a layer
+# (TensorRT-LLM's PyTorch backend fits 28 us, ``plan/data/published_cpu_costs.yaml``), tried at
+# the host point every fold of the committed grid takes (3 ms, 20 us), with ``--layer-floors``
+# only: the fit takes 40 us, its top, and the committed grid has none (docs/validation.md,
+# ``vllmlat`` night).
+VLLM_HOSTS = [
+    (1 * MS, 5 * US, 0.0),
+    (1 * MS, 20 * US, 0.0),
+    (3 * MS, 5 * US, 0.0),
+    (3 * MS, 20 * US, 0.0),
+]
+VLLM_LAYER_HOSTS = [(3 * MS, 20 * US, 20 * US), (3 * MS, 20 * US, 40 * US)]
 # SGLang's front end takes requests in apart from its output stream (``frontend.py``
 # ``with_process_split``): its per-request cost is the tokenizer stage in front of the engine
 # alone, so each value is its own engine simulation. Bounds: 0-9 ms a request (SGLang's
@@ -91,11 +108,15 @@ SGLANG_TOKENS = [0.0, 25 * US, 50 * US, 75 * US]
 # identify its factor (it fell back to 1: 40.8 % cross-validated on main 9780331 where the
 # in-sample fit was 28.7 %); the FP8, MXFP4 and MLA (FP8 MoE) checkpoints all run kernels other
 # than TensorRT-LLM's (block-scaled FP8, dequantising MXFP4 MoE), so one factor for them.
-TIED = {"sglang": ("fp8", "mxfp4", "mla")}
+# vLLM's mla class is one configuration (DeepSeek-R1 on 8 H200), whose GEMMs are FP8
+# (block-scaled) and whose factor no longer touches attention (MLA_FLASH_PREFILL): the fp8 class's
+# kind of kernel, so one factor for both; its fold takes the fp8 runs' factor, not the geometric
+# mean of the other classes (0.55: DeepSeek 34 % cross-validated; docs/validation.md vllmlat).
+TIED = {"sglang": ("fp8", "mxfp4", "mla"), "vllm-v1": ("fp8", "mla")}
 FRONTEND_DATA = Path("src/inferplan/engine/data/frontend.yaml")
 HOST_DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
 KERNEL_DATA = Path("src/inferplan/perf/data/engine_kernels.yaml")
-Host = tuple[float, float] | None
+Host = tuple[float, ...] | None  # (step, per sequence[, per layer]) seconds
 Values = dict[tuple[str, str], float | None]
 # (host, factor, front end) -> predicted values of every row of one kernel class.
 Table = dict[tuple[Host, float, FrontEnd], Values]
@@ -134,26 +155,50 @@ def run_class(run: list[PublishedRow]) -> str:
     return vllm_kernel_class(plan, kernel) if ENGINES[run[0].engine] == "vllm" else kernel
 
 
-def tables(name: str, rows: list[PublishedRow], index: int, count: int) -> dict[str, Table]:
-    """{kernel class: table}: one simulation per run (every ``count``-th from ``index``), host
-    point and factor."""
+def with_host(eff: Efficiency, host: tuple[float, ...]) -> Efficiency:
+    """``eff`` with a host point's per-step, per-sequence (and per-layer) costs."""
+    layer = host[2] if len(host) > 2 else eff.layer_overhead_s
+    return replace(eff, step_overhead_s=host[0], per_seq_overhead_s=host[1], layer_overhead_s=layer)
+
+
+def loaded_host(host: Host) -> Host:
+    """A host point of a table saved before vLLM's had a per-layer value: that value was 0."""
+    return host if host is None or len(host) > 2 else (*host, 0.0)
+
+
+def tables(
+    name: str,
+    rows: list[PublishedRow],
+    index: int,
+    count: int,
+    only: str | None = None,
+    points: list[int] | None = None,
+    layer_floors: bool = False,
+) -> dict[str, Table]:
+    """{kernel class: table}: one simulation per run (every ``count``-th from ``index``; with
+    ``only``, the runs whose ``case_id`` contains it), host point (``points``: these indices
+    of the engine's grid) and factor."""
     hosts: list[Host] = [None] if name == "trtllm-serve" else list(HOSTS)
     if name == "vllm-v1":
-        hosts = list(VLLM_HOSTS)
+        hosts = [*VLLM_HOSTS, *(VLLM_LAYER_HOSTS if layer_floors else [])]
+    if points is not None:  # a subset of the grid, to extend a saved table
+        hosts = [hosts[i] for i in points]
     out: dict[str, Table] = {}
     stages: list[float | None] = list(SGLANG_REQUESTS) if name == "sglang" else [None]
-    for run in list(group_runs(rows).values())[index::count]:
+    runs = [r for r in group_runs(rows).values() if only is None or only in r[0].case_id]
+    for run in runs[index::count]:
         kernel = run_class(run)
         table = out.setdefault(kernel, {})
         family = row_efficiency(run[0], efficiency_for(load_gpu(run[0].gpu)))
-        points = itertools.product(hosts, run_factors(name, kernel), stages)
-        for host, factor, stage in points:
+        grid = itertools.product(hosts, run_factors(name, kernel), stages)
+        for host, factor, stage in grid:
             eff = family
             if host is not None:
-                eff = replace(eff, step_overhead_s=host[0], per_seq_overhead_s=host[1])
+                eff = with_host(eff, host)
             engine_fe = None if stage is None else sglang_frontend(stage)
+            eff = scale_kernels(eff, factor, kernel, name)
             try:
-                result = simulate_run(run, scale_kernels(eff, factor, kernel), False, engine_fe)
+                result = simulate_run(run, eff, False, engine_fe)
             except InferplanError:  # counted as missing at this point
                 result = None
             for fe in frontends(stage):
@@ -277,16 +322,20 @@ BREAKDOWNS = {"GPU": lambda r: r.gpu, "model family": model_family, "workload": 
 
 
 def breakdown(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
-    """The latency rows' errors by GPU, model family and workload (``--by``)."""
+    """The latency rows' errors by GPU, model family and workload, and the throughput rows' of
+    the same runs by GPU and model family (``--by``)."""
     parts = []
-    for title, key in BREAKDOWNS.items():
-        groups: dict[str, list[float]] = {}
-        for row, e in errs:
-            if row.family == "latency":
-                groups.setdefault(key(row), []).append(e)
-        lines = [f"| {label}, latency by {title} | n | median | p90 | signed median |"]
-        lines.append("|---|---:|---:|---:|---:|")
-        parts.append("\n".join(lines + error_rows(dict(sorted(groups.items())))))
+    for family in ("latency", "throughput"):
+        for title, key in BREAKDOWNS.items():
+            if family == "throughput" and title == "workload":
+                continue
+            groups: dict[str, list[float]] = {}
+            for row, e in errs:
+                if row.family == family:
+                    groups.setdefault(key(row), []).append(e)
+            lines = [f"| {label}, {family} by {title} | n | median | p90 | signed median |"]
+            lines.append("|---|---:|---:|---:|---:|")
+            parts.append("\n".join(lines + error_rows(dict(sorted(groups.items())))))
     return "\n\n".join(parts)
 
 
@@ -295,6 +344,8 @@ def describe(point: Fit) -> str:
     text = f"per_request {fe.per_request_s / MS:g} ms, per_token {fe.per_token_s / US:g} us"
     if point.host is not None:
         text += f"; step {point.host[0] / MS:g} ms, per_seq {point.host[1] / US:g} us"
+        if len(point.host) > 2:
+            text += f", per_layer {point.host[2] / US:g} us"
     return text + f"; factors {point.factors}"
 
 
@@ -334,6 +385,8 @@ def write(fitted: dict[str, Fit]) -> None:
                 "step_overhead_s": float(f"{point.host[0]:.4g}"),
                 "per_seq_overhead_s": float(f"{point.host[1]:.4g}"),
             }
+            if len(point.host) > 2 and point.host[2] > 0:
+                host_data[name]["layer_overhead_s"] = float(f"{point.host[2]:.4g}")
         factors = {k: v for k, v in point.factors.items() if v != 1.0}
         if factors:
             kernel_data[name] = factors
@@ -359,6 +412,21 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--shard", default="0/1", help="I/N: simulate every N-th run from I")
     parser.add_argument(
+        "--only",
+        help="simulate only the runs whose case_id contains this (to refresh one "
+        "configuration of --save's tables: --load the old file, then this one)",
+    )
+    parser.add_argument(
+        "--points",
+        help="comma-separated indices into the engine's host grid: simulate only these (to "
+        "extend --save's tables with new points: --load the old file, then this one)",
+    )
+    parser.add_argument(
+        "--layer-floors",
+        action="store_true",
+        help="vLLM v1: add the per-layer floors (VLLM_LAYER_HOSTS) to the host grid",
+    )
+    parser.add_argument(
         "--by", action="store_true", help="latency errors by GPU, model family and workload too"
     )
     args = parser.parse_args(argv)
@@ -370,11 +438,13 @@ def main(argv: list[str]) -> int:
             by_class: dict[str, Table] = {}
             for path in args.load:
                 for kernel, table in pickle.loads(Path(path).read_bytes())[name].items():
-                    for point, values in table.items():
-                        by_class.setdefault(kernel, {}).setdefault(point, {}).update(values)
+                    for (host, factor, fe), values in table.items():
+                        key = (loaded_host(host), factor, fe)
+                        by_class.setdefault(kernel, {}).setdefault(key, {}).update(values)
         else:
             index, count = (int(x) for x in args.shard.split("/"))
-            by_class = tables(name, rows, index, count)
+            points = [int(i) for i in args.points.split(",")] if args.points else None
+            by_class = tables(name, rows, index, count, args.only, points, args.layer_floors)
         if args.save:
             Path(args.save).write_bytes(pickle.dumps({name: by_class}))
         start = Fit(

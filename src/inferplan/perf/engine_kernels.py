@@ -21,6 +21,17 @@ no factor for takes the geometric mean of the engine's fitted factors (``unseen_
 other quantized and MLA kernels are the best evidence of how its kernels compare with
 TensorRT-LLM's, not TensorRT-LLM's own (vLLM's fitted 0.3-0.75 against 1).
 
+MLA's attention: the ``mla`` factor scales attention compute too, except for the engine classes
+in ``MLA_FLASH_PREFILL``. vLLM v1 (0.10-0.11) runs MLA two ways (``vllm/v1/attention/backends/
+mla/common.py`` ``MLACommonImpl``): decode in the absorbed form on the latent cache (FlashMLA on
+Hopper), prefill on K and V decompressed by ``kv_b_proj`` through ``flash_attn_varlen_func``
+(FlashAttention 3 on Hopper, which takes MLA's 192/128 head dims without padding V; earlier
+context chunks gathered, decompressed and merged with ``merge_attn_states``). Its prefill
+attention is thus the same FlashAttention kernel as any other model's, which the family's
+``attention_compute`` describes; what vLLM runs differently for DeepSeek is its FP8 GEMMs (the
+factor on ``gemm_compute``). Charging the factor on attention too made the long prompts'
+chunks (quadratic attention) 3x slow: DeepSeek-R1 on 8 H200, ``32000/100``, TTFT +48 %.
+
 ``experts`` is vLLM's BF16 MoE class (``perf/vllm_moe.py``: its routed experts in its Triton
 fused-MoE kernel, its dense GEMMs in cuBLAS): its factor scales the experts' grouped-GEMM
 fraction (``moe_gemm``) only, and where an engine has none it is 1, as ``bf16``'s.
@@ -41,6 +52,9 @@ from inferplan.perf.efficiency import Efficiency
 from inferplan.specs.model import ModelSpec
 
 KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla", "experts")
+# Engine classes whose MLA prefill attention is FlashAttention on decompressed K/V, so the
+# ``mla`` factor leaves attention compute alone (module docstring).
+MLA_FLASH_PREFILL = ("vllm-v1",)
 # Classes that run the family's own BF16 kernels where an engine has no factor for them.
 REFERENCE_CLASSES = ("bf16", "experts")
 
@@ -81,16 +95,20 @@ def bundled_kernels() -> dict[str, dict[str, float]]:
     return parse_kernels(yaml.safe_load(text), "engine_kernels.yaml")
 
 
-def scale_kernels(eff: Efficiency, factor: float, kernel: str = "bf16") -> Efficiency:
+def scale_kernels(
+    eff: Efficiency, factor: float, kernel: str = "bf16", engine_class: str | None = None
+) -> Efficiency:
     """``eff`` with its GEMM compute fraction times ``factor`` (the weight format's kernels:
-    prefill), and its attention compute too for ``mla`` (MLA's own attention kernels); for
+    prefill), and its attention compute too for ``mla`` (MLA's own attention kernels) unless
+    ``engine_class`` runs MLA prefill in FlashAttention (``MLA_FLASH_PREFILL``); for
     ``experts`` its routed experts' grouped-GEMM fraction alone. Weight and KV streaming
     (decode) keep the family's."""
     if factor == 1.0:
         return eff
     if kernel == "experts":
         return replace(eff, moe_gemm=eff.moe_gemm * factor)
-    attention = eff.attention_compute * (factor if kernel == "mla" else 1.0)
+    scales_attention = kernel == "mla" and engine_class not in MLA_FLASH_PREFILL
+    attention = eff.attention_compute * (factor if scales_attention else 1.0)
     return replace(eff, gemm_compute=eff.gemm_compute * factor, attention_compute=attention)
 
 
@@ -112,7 +130,7 @@ def engine_factor(factors: dict[str, float], kernel: str) -> float:
 def with_engine_kernels(eff: Efficiency, engine_class: str | None, kernel: str) -> Efficiency:
     """``eff`` with the engine class's factor for ``kernel`` (``engine_factor``)."""
     factors = bundled_kernels().get(engine_class, {}) if engine_class else {}
-    return scale_kernels(eff, engine_factor(factors, kernel), kernel)
+    return scale_kernels(eff, engine_factor(factors, kernel), kernel, engine_class)
 
 
 def plan_kernel_class(plan: MemoryPlan) -> str:
