@@ -19,10 +19,17 @@ def test_triton_rows_tokenize_before_the_engine_and_bench_rows_have_no_front_end
 
 
 def test_vllm_serve_rows_keep_their_engine_front_end() -> None:
-    row = next(
+    served = [
         r
         for r in bundled_published()
         if r.engine == "vllm" and r.settings.get("bench", "").startswith("vllm bench serve")
-    )
+    ]
+    # gpt-oss: vLLM renders its prompt with openai_harmony, nothing before the engine
+    row = next(r for r in served if "gpt-oss" in r.model)
     assert row_frontend(row) == engine_frontend("vllm", row.engine_version)
     assert row_frontend(row).per_request_s == 0.0  # vLLM's arrivals are not delayed
+    # a jinja template (Qwen3 on vLLM 0.11, chat endpoint): parsed per request, interleaved
+    qwen = next(r for r in served if "Qwen3" in r.model and r.engine_version == "0.11.0")
+    fe, base = row_frontend(qwen), engine_frontend("vllm", qwen.engine_version)
+    assert fe.intake_interleaved and fe.per_request_s > base.per_request_s
+    assert fe.per_token_s == base.per_token_s

@@ -67,6 +67,11 @@ class FrontEnd:
     # parses the stream): the pass after the engine serves the tokens alone, and the requests'
     # cost is the tokenizer stage in front of the engine (``tokenizer_stage.py``) only.
     requests_apart: bool = False
+    # The per-request work runs synchronously before the request handler's first ``await``
+    # (vLLM 0.11's chat-template parse, ``engine/chat_template.py``): asyncio's FIFO ready
+    # queue runs it for every request already waiting before any of them goes on to the engine
+    # (``tokenizer_stage.interleaved_delays``).
+    intake_interleaved: bool = False
 
     @property
     def is_zero(self) -> bool:

@@ -11,7 +11,11 @@ per-request cost, not at t = 0: the scheduler forms its first batches from the f
 arrived. The front end's per-request cost (``engine/frontend.py``: ``per_request_s +
 per_input_token_s x prompt``) is that work; here it delays the engine's arrivals, served first
 come first served by one process per replica (``servers`` pooled into one ``servers`` times
-faster, as the front end does).
+faster, as the front end does). Where the work ends in an ``await`` before the request goes on
+(``FrontEnd.intake_interleaved``: vLLM 0.11's chat-template parse, ``engine/chat_template.py``)
+the event loop's FIFO ready queue holds every request behind the work of all that arrived
+before its own work ended: a burst reaches the scheduler together, after the whole burst's work
+(``interleaved_delays``).
 
 The simulation runs on the delayed arrivals; its records are then put back on the client's
 clock (``arrival_s`` and ``dispatch_s`` earlier by each request's delay), so TTFT counts the
@@ -41,14 +45,36 @@ from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
 
-def tokenizer_delays(workload: Workload, fe: FrontEnd, servers: int = 1) -> FloatArray:
+def tokenizer_delays(
+    workload: Workload, fe: FrontEnd, servers: int = 1, max_concurrency: int | None = None
+) -> FloatArray:
     """Seconds each request spends in the tokenizer stage (queue and its own work) before the
-    scheduler sees it; zeros where the front end has no per-request cost."""
+    scheduler sees it; zeros where the front end has no per-request cost. An interleaved intake
+    behind a client's concurrency limit charges each request its own work only: the client
+    sends one as another finishes, so no burst forms (at most ``max_concurrency`` wait)."""
     cost = (fe.per_request_s + fe.per_input_token_s * workload.input_tokens) / max(servers, 1)
     arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
     if not np.any(cost > 0):
         return np.zeros(arrivals.size)
-    return fcfs_finish(arrivals, np.asarray(cost, dtype=np.float64)) - arrivals
+    cost = np.broadcast_to(np.asarray(cost, dtype=np.float64), arrivals.shape)
+    if fe.intake_interleaved and max_concurrency:
+        return np.array(cost, dtype=np.float64)
+    if fe.intake_interleaved:
+        return interleaved_delays(arrivals, cost)
+    return fcfs_finish(arrivals, cost) - arrivals
+
+
+def interleaved_delays(arrivals_s: FloatArray, cost_s: FloatArray) -> FloatArray:
+    """Delays when each request's work ends in an ``await`` before it reaches the engine: one
+    event loop runs ready tasks in FIFO order, so request ``i``'s next step is queued behind the
+    work of every request that arrived by the time its own work ended. Its work ends at the FCFS
+    finish ``f_i``; it reaches the engine at ``max(f_i, f_k)``, ``k`` the last request to arrive
+    at or before ``f_i`` (the step after the ``await`` costs nothing here). A burst at t = 0 reaches
+    the engine all at once, after the whole burst's work; spaced arrivals wait ``f_i - a_i``
+    as in FCFS. (``arrivals_s`` sorted, as the workload's.)"""
+    finish = fcfs_finish(arrivals_s, cost_s)
+    last_before = np.searchsorted(arrivals_s, finish, side="right") - 1
+    return np.maximum(finish, finish[last_before]) - arrivals_s
 
 
 def at_client_times(result: SimulationResult, delays: FloatArray) -> SimulationResult:
@@ -74,7 +100,7 @@ def simulate_tokenized(
 ) -> SimulationResult:
     """``session.simulate`` with the requests passing the tokenizer stage of ``fe`` first (one
     per replica), the records on the client's clock."""
-    delays = tokenizer_delays(workload, fe, options.data_parallel_size)
+    delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
     if not np.any(delays > 0):
         return simulate(plan, model, workload, options, on_progress)
     delayed = replace(workload, arrival_s=workload.arrival_s + delays)

@@ -5,7 +5,8 @@
   also the tokenizer stage before the engine, ``engine/tokenizer_stage.py``); TensorRT-LLM 0.14
   behind Triton's ``tensorrtllm_backend`` has ``triton-trtllm`` (its ensemble's
   ``preprocessing`` Python model tokenises each request before the ``tensorrt_llm`` model sees
-  it); ``trtllm-bench`` has none.
+  it); ``trtllm-bench`` has none. vLLM 0.11's chat requests add its per-request parse of the
+  chat template, ahead of the handler's first ``await`` (``engine/chat_template.py``).
 - **DP attention** (``dp_attention``): the table's ``attention_dp`` column mirrors the
   ``--enable-dp-attention`` flag, but SGLang turns the flag off when ``--dp-size`` is 1, its
   default (``server_args.py`` ``_handle_data_parallelism``).
@@ -13,8 +14,10 @@
 
 from __future__ import annotations
 
+from inferplan.engine.chat_template import template_parse_s, with_template_parse
 from inferplan.engine.frontend import FrontEnd, bundled_frontends, engine_frontend
-from inferplan.plan.published import ENGINES, PublishedRow
+from inferplan.plan.published import ENGINES, PublishedRow, bundled_model_name
+from inferplan.specs.catalog import load_model
 
 
 def row_frontend(row: PublishedRow) -> FrontEnd:
@@ -23,7 +26,11 @@ def row_frontend(row: PublishedRow) -> FrontEnd:
         return bundled_frontends().get("triton-trtllm", FrontEnd())
     if not row.settings.get("bench", "").startswith("vllm bench serve"):
         return FrontEnd()
-    return engine_frontend(ENGINES[row.engine], row.engine_version)
+    fe = engine_frontend(ENGINES[row.engine], row.engine_version)
+    if "chat/completions" not in row.settings.get("endpoint", ""):
+        return fe
+    model_type = load_model(bundled_model_name(row.model) or row.model).model_type
+    return with_template_parse(fe, template_parse_s(row.engine, row.engine_version, model_type))
 
 
 def dp_attention(row: PublishedRow) -> bool:
