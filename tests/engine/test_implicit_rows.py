@@ -14,9 +14,11 @@ run with every fast path reading the columns, bit for bit.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplan.engine import implicit
 from inferplan.engine.running import RunningSet
 from inferplan.engine.simulator import Simulation, SimulationResult
 
@@ -54,7 +56,9 @@ def _operations(draw: st.DrawFn) -> tuple[int, list[tuple[str, int]]]:
     ops = draw(
         st.lists(
             st.tuples(
-                st.sampled_from(["append", "decode", "finish", "pop", "truncate", "read"]),
+                st.sampled_from(
+                    ["append", "decode", "finish", "pop", "truncate", "drop_tail", "read"]
+                ),
                 st.integers(0, 40),
             ),
             min_size=1,
@@ -99,6 +103,8 @@ def test_scalars_equal_the_columns_and_the_itl_log_the_per_row_maxima(
             assert run.pop(row)[0] == rid
         elif op == "truncate" and n:
             run.truncate(arg % (n + 1))
+        elif op == "drop_tail" and n:  # the chain's commit: the scalars are kept
+            run.drop_tail(arg % (n + 1))
         elif op == "read" and n:
             assert (run.last_token_s <= clock).all()
     if len(run):
@@ -165,3 +171,45 @@ def test_implicit_rows_give_the_column_run_near_capacity() -> None:
     """Long stretches ended by arrivals and finishes, many admission steps, no preemption."""
     case = Case(**{**BASE.__dict__, "spare_blocks": None, "request_rate": 2.0})
     _assert_identical(_fast_run(case, implicit=True), _fast_run(case, implicit=False))
+
+
+def _learnt(block: int, computed: list[int], lag: int, extra_row: int | None, split: int) -> tuple:
+    """The scalars ``learn`` gives for rows with these computed tokens, appended while the
+    rows lag ``lag`` decode steps; rows ``[0, split)`` learnt first, the rest appended later
+    (0: all from nothing); ``extra_row`` holds one block more than ``ceil(computed / B)``."""
+    run = RunningSet(capacity=2, block_size=block)
+    run.rows.lag = lag
+    rows = run.rows
+    for row, c in enumerate(computed):
+        if row == split and split:
+            rows.learn()
+        held = -(-c // block) + int(row == extra_row)
+        run.append(row, c, c + 1, 1 + row % 3, 5 + row, held, 0.0)
+    rows.learn()
+    return rows.computed_sum, rows.ceil_sum, list(rows.hist), sorted(rows.due), rows.ceil_held
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    block=st.sampled_from([1, 3, 16]),
+    computed=st.lists(st.integers(0, 500), min_size=1, max_size=120),
+    lag=st.integers(0, 50),
+    extra=st.booleans(),
+    split=st.integers(0, 120),
+)
+def test_learning_many_rows_in_numpy_gives_the_loops_scalars(
+    block: int, computed: list[int], lag: int, extra: bool, split: int
+) -> None:
+    """``ImplicitRows.learn`` in numpy (many rows) and in its Python loop (few) agree on every
+    scalar, from nothing and for rows appended to known ones; a row holding one block more
+    than ``ceil(computed / B)`` clears ``ceil_held`` in both."""
+    computed = [c + lag for c in computed]  # appended while lagging: at least the lag
+    extra_row = len(computed) // 2 if extra else None
+    split = split % len(computed)
+    learnt = []
+    for vector_rows in (1, 10**9):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(implicit, "_VECTOR_ROWS", vector_rows)
+            learnt.append(_learnt(block, computed, lag, extra_row, split))
+    assert learnt[0] == learnt[1]
+    assert learnt[0][-1] == (extra_row is None)

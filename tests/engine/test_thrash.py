@@ -16,9 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplan.engine import simulator as simulator_module
+from inferplan.engine import thrash as thrash_module
+from inferplan.engine import thrashrun
+from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.engine.thrash import doomed_cycles
 
-from .test_fast_equals_exact import BASE, Case, _check_case
+from .test_chain import _assert_identical
+from .test_fast_equals_exact import BASE, Case, _check_case, _config, _plan_and_model, _workload
 
 
 @pytest.fixture
@@ -78,3 +82,38 @@ def thrash_cases(draw: st.DrawFn) -> Case:
 @given(case=thrash_cases())
 def test_fast_equals_exact_when_heads_thrash(case: Case) -> None:
     _check_case(case)
+
+
+def _fast(case: Case, *, runs: bool) -> tuple[SimulationResult, int]:
+    """A fast run with runs of cycles on (and how many ran), or one cycle at a time."""
+    taken = [0]
+
+    def counting(*args):  # type: ignore[no-untyped-def]
+        run = thrashrun.cycle_run(*args) if runs else None
+        taken[0] += run is not None
+        return run
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(thrash_module, "cycle_run", counting)
+        plan, model = _plan_and_model()
+        wl = _workload(case)
+        res = Simulation(wl, _config(case, wl, plan, exact=False), model).run(
+            check=lambda replica: replica.check_invariants()
+        )
+    return res, taken[0]
+
+
+def test_runs_of_cycles_are_one_cycle_at_a_time_bit_for_bit() -> None:
+    """Runs of identical cycles (``engine/thrashrun.py``) ran and leave every record, the ITL
+    histogram and the KV trace as one cycle at a time does."""
+    case = replace(THRASH, max_output=2000, spare_blocks=30)
+    with_runs, num_runs = _fast(case, runs=True)
+    alone, _ = _fast(case, runs=False)
+    assert num_runs > 5
+    _assert_identical(with_runs, alone)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=thrash_cases())
+def test_runs_of_cycles_equal_one_cycle_at_a_time(case: Case) -> None:
+    _assert_identical(_fast(case, runs=True)[0], _fast(case, runs=False)[0])

@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.steptrace import StepTrace, _pairwise
 
 
 def test_time_weighted_mean_and_max_by_hand() -> None:
@@ -94,3 +96,79 @@ def test_combined_replicas_average_the_mean_and_keep_the_busiest_peak() -> None:
     assert both.series_max == (0.9, 0.6, 0.6)
     assert combine_usage([a]) is a
     assert combine_usage([]) is None
+
+
+def _pairwise_reference(
+    starts: list[float], ends: list[float], areas: list[float], peaks: list[int]
+) -> tuple[list[float], list[float], list[float], list[int]]:
+    """``_pairwise`` as first written (lists), the reference for its numpy form."""
+    idx = range(0, len(starts), 2)
+    return (
+        [starts[k] for k in idx],
+        [ends[min(k + 1, len(ends) - 1)] for k in idx],
+        [sum(areas[k : k + 2]) for k in idx],
+        [max(peaks[k : k + 2]) for k in idx],
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    max_points=st.integers(1, 12),
+    batches=st.lists(
+        st.lists(st.tuples(st.floats(0.0, 1e3), st.integers(0, 10**6)), max_size=40),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_record_many_is_one_record_per_pair(
+    max_points: int, batches: list[list[tuple[float, int]]]
+) -> None:
+    """``record_many`` leaves the state ``record`` of each pair in order leaves, to the bit
+    (the running area, the segments through every halving, the peak, the last record), and
+    ``_pairwise`` equals its list form."""
+    one, many = StepTrace(10**6, max_points=max_points), StepTrace(10**6, max_points=max_points)
+    now = 0.0
+    for batch in batches:
+        times = now + np.cumsum([dt for dt, _ in batch])
+        blocks = np.array([b for _, b in batch], dtype=np.int64)
+        now = float(times[-1]) if len(times) else now
+        for t, b in zip(times.tolist(), blocks.tolist(), strict=True):
+            one.record(t, b)
+        many.record_many(times, blocks)
+        assert vars(one) == vars(many) or _same_nan(vars(one), vars(many))
+    assert one.summary() == many.summary()
+    segments = (one._seg_start_s, one._seg_end_s, one._seg_area_block_s, one._seg_peak_blocks)
+    assert _pairwise(*segments) == _pairwise_reference(*segments)
+
+
+def _same_nan(a: dict[str, object], b: dict[str, object]) -> bool:
+    """Equal, where nan (no record yet) equals nan."""
+    return all(x == y or (x != x and y != y) for x, y in zip(a.values(), b.values(), strict=True))
+
+
+def test_record_many_refuses_time_going_backwards() -> None:
+    trace = StepTrace(total_blocks=10)
+    trace.record(2.0, 4)
+    with pytest.raises(ValueError, match="backwards"):
+        trace.record_many(np.array([3.0, 1.0]), np.array([1, 2]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    segments=st.lists(
+        st.tuples(st.floats(0.0, 1e3), st.floats(0.0, 1e9), st.integers(0, 10**6)), max_size=30
+    )
+)
+def test_pairwise_in_numpy_equals_its_list_form(segments: list[tuple[float, float, int]]) -> None:
+    """Any count of segments (odd: the last one alone), bit for bit and with the same types."""
+    starts = list(np.cumsum([0.0] + [s for s, _, _ in segments[:-1]]))[: len(segments)]
+    ends = [s + 1.0 for s in starts]
+    areas, peaks = [a for _, a, _ in segments], [p for _, _, p in segments]
+    merged, reference = (
+        _pairwise(starts, ends, areas, peaks),
+        _pairwise_reference(starts, ends, areas, peaks),
+    )
+    assert merged == reference
+    assert [type(x) for column in merged for x in column] == [
+        type(x) for column in reference for x in column
+    ]

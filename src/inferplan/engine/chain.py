@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
 TAIL_ROWS = 16  # rows whose failing steps are computed at a time (chains pop a few)
+# Rows of ``RunningSet._ints`` (``engine/running.py``).
+_COMPUTED, _GENERATED, _TARGET = 1, 3, 4
 
 
 def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: bool) -> bool:
@@ -79,6 +81,9 @@ def _applies(r: Replica) -> bool:
         return False
     if r.swapped or r.waiting.policy == "priority" or not len(run) or not r.is_decoding():
         return False
+    emitted = run.rows.emitted_at(len(run))  # implicit rows: no column to settle
+    if emitted is not None:
+        return emitted == r.now
     return bool(run.last_token_s.min() == r.now)
 
 
@@ -89,12 +94,24 @@ class _Chain:
     def __init__(self, r: Replica) -> None:
         run, block = r.running, r.cfg.block_size
         self.r, self.block, self.n = r, block, len(run)
-        self.computed = run.num_computed.copy()
-        self.held_start = int(run.held_blocks.sum())
+        # Implicit rows (``engine/implicit.py``) that all hold ``ceil(computed / B)`` blocks:
+        # the chain reads their stored columns and the pending decode count, and commits into
+        # their scalars, so neither it nor the next fast path settles or relearns the batch.
+        rows = run.rows
+        self.implicit = bool(rows.block) and rows.holds_ceil()
+        if self.implicit:
+            ints, lag = run._ints, rows.lag
+            self.computed = ints[_COMPUTED, : self.n] + lag
+            self.held_start = rows.ceil_sum
+            left = ints[_TARGET, : self.n] - ints[_GENERATED, : self.n] - lag
+        else:
+            self.computed = run.num_computed.copy()
+            self.held_start = int(run.held_blocks.sum())
+            left = run.target - run.num_generated
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
         self.computed_sum = int(self.computed.sum())  # of the running rows, at the start
-        self.left_prefix = np.minimum.accumulate(run.target - run.num_generated)
+        self.left_prefix = np.minimum.accumulate(left)
         self.units = np.arange(block)
         self.lo = self.n  # H_p and first failing steps known for p in [lo, n]
         self.h_rows = self._all_rows_h()[None, :]
@@ -310,6 +327,12 @@ class _Chain:
             rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
         if self.own is not None:
             self.own.commit()
+        r.pool.free = self.usable - self.held(p, j - 1)
+        r.now = self.now
+        r.num_steps += j
+        if self.implicit:
+            self._commit_rows()
+            return
         run.truncate(p)
         if j:
             run.num_computed += j
@@ -318,8 +341,21 @@ class _Chain:
             np.floor_divide(run.num_computed + (self.block - 1), self.block, out=run.held_blocks)
             run.last_token_s[:] = self.now
             rec.max_itl_s[run.ids] = np.fmax(rec.max_itl_s[run.ids], self.seg_max_itl)
-        r.pool.free = self.usable - self.held(p, j - 1)
-        r.now = self.now
-        r.num_steps += j
         if self.finished:
             r.finish((run.num_generated >= run.target).nonzero()[0])
+
+    def _commit_rows(self) -> None:
+        """``_commit``'s rows with the rows implicit: the victims leave from the tail (their
+        worst gaps from the ITL log as it stood before the chain), the survivors take one ITL
+        log entry (the chain's longest step), ``j`` decode steps with the blocks they crossed,
+        and a token at the chain's end; the same records as the column writes."""
+        r, p, j = self.r, self.p, self.j
+        run = r.running
+        rows = run.rows
+        run.drop_tail(p)
+        if j and p:
+            rows.itl_mark(self.seg_max_itl)
+            rows.decode(j, self.held(p, j - 1) - rows.ceil_sum, p)
+            rows.emitted(self.now)
+        if self.finished:
+            r.finish(rows.finished_rows())

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 # Rows of ``RunningSet._ints``: id, computed, tokens, generated, target, held, itl_from.
 _ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = range(7)
 _PRUNE_AT = 1024  # ITL log entries before the ones no running row reads are dropped
+_VECTOR_ROWS = 32  # rows from which ``learn`` runs in numpy rather than a Python loop
 
 
 class ImplicitRows:
@@ -104,6 +105,9 @@ class ImplicitRows:
         if start == size:
             return
         ints = run._ints
+        if size - start >= _VECTOR_ROWS:
+            self._learn_rows(start, size)
+            return
         computed = ints[_COMPUTED, start:size].tolist()
         keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
         held = ints[_HELD, start:size].tolist()
@@ -119,6 +123,27 @@ class ImplicitRows:
         if start == 0:
             keys.sort()  # a sorted list is a heap
             self.due = keys
+        else:
+            for key in keys:
+                heapq.heappush(self.due, key)
+        self.known_rows = size
+
+    def _learn_rows(self, start: int, size: int) -> None:
+        """``learn`` of rows ``[start, size)`` in numpy (many rows: after a general path
+        settled the columns): the same integers."""
+        ints, block, lag = self.run._ints, self.block, self.lag
+        computed = ints[_COMPUTED, start:size]
+        counts = np.bincount(computed % block, minlength=block).tolist()
+        self.hist = [h + c for h, c in zip(self.hist, counts, strict=True)]
+        blocks = (computed + (lag + block - 1)) // block
+        self.ceil_sum += int(blocks.sum())
+        first = max(self.held_rows, start)  # rows before it hold ceil(computed / B) by definition
+        if first < size and bool((ints[_HELD, first:size] != blocks[first - start :]).any()):
+            self.ceil_held = False
+        self.computed_sum += int(computed.sum())
+        keys = np.sort(ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
+        if start == 0:
+            self.due = keys  # a sorted list is a heap
         else:
             for key in keys:
                 heapq.heappush(self.due, key)

@@ -219,6 +219,14 @@ class RunningSet:
             rows.leave(row)
         self._resize(size)
 
+    def drop_tail(self, size: int) -> None:
+        """Keep the first ``size`` rows as ``truncate`` does, with the implicit state kept
+        (the rows leave from the tail, each dropped from the scalars and stale prefixes)."""
+        rows = self.rows
+        for row in range(self._size - 1, size - 1, -1):
+            rows.leave(row)
+        self._resize(size)
+
     @property
     def all_decoding(self) -> bool:
         """Every request needs exactly one token and has sampled before: no prefill chunk is

@@ -17,9 +17,11 @@ cycle); the decoders' blocks grow at the steps where a row crosses a block bound
 from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
 step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
 what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
-and the head's preemption counts are written once at the end. It applies only where the exact
-path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute preemption, a uniform pool
-without prefix caching, KV tiers or admission policies, and a roofline step-time model.
+and the head's preemption counts are written once at the end. Consecutive cycles that keep one
+plan run at once (``next_run``, ``engine/thrashrun.py``), bit for bit the same. It applies
+only where the exact path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute
+preemption, a uniform pool without prefix caching, KV tiers or admission policies, and a
+roofline step-time model.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler
+from inferplan.engine.thrashrun import cycle_run
 from inferplan.perf.batch import StepBatch
 
 if TYPE_CHECKING:
@@ -46,7 +49,9 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
 
     cycles = _Cycles(replica)
-    while cycles.next_cycle(next_arrival_s, same_time_s):
+    while cycles.next_run(next_arrival_s, same_time_s) or cycles.next_cycle(
+        next_arrival_s, same_time_s
+    ):
         pass
     if cycles.num_steps == 0:
         return False
@@ -89,7 +94,9 @@ class _Cycles:
         self.usable = r.pool.free + self.held  # the decoders' blocks and the free pool
         # Rows by offset in their last block: the row crosses into a new block at step ``s``
         # when ``(computed + s) % block == 0``.
-        self.by_offset = np.bincount(run.num_computed % self.block, minlength=self.block).tolist()
+        by_offset = np.bincount(run.num_computed % self.block, minlength=self.block)
+        self.by_offset = by_offset.tolist()
+        self.by_offset_array = by_offset
         self.context = int(run.num_computed.sum()) + self.n  # decode context at step 0
         self.steps_left = int((run.target - run.num_generated).min())  # to the first finish
         self.now, self.num_steps = r.now, 0
@@ -160,6 +167,35 @@ class _Cycles:
             return False
         self._record(plan, durations)
         return True
+
+    def next_run(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:
+        """Take a run of at least two cycles with the next cycle's plan at once
+        (``engine/thrashrun.py``); False, having done nothing, where fewer would run."""
+        plan = self._plan()
+        if plan is None:
+            return False
+        run = cycle_run(self, plan, next_arrival_s, same_time_s)
+        if run is None:
+            return False
+        times, blocks, durations, num_cycles, held = run
+        r = self.r
+        if self.num_cycles == 0 and math.isnan(r.records.first_scheduled_s[self.head]):
+            r.records.first_scheduled_s[self.head] = self.now
+        r.trace.record_many(times[:-1], blocks)
+        steps = len(durations)
+        self.held = held
+        self.now = float(times[-1])
+        self.num_steps += steps
+        self.durations += durations
+        self.num_cycles += num_cycles
+        self.recomputed += num_cycles * (len(plan) - 1) * self.chunk
+        return True
+
+    def crossings_from(self, s: int, steps: int) -> np.ndarray:
+        """Cumulative blocks the decoders take over steps ``s .. s + steps - 1`` (each entry:
+        the blocks from step ``s`` up to and including that step)."""
+        t = np.arange(s, s + steps)
+        return np.cumsum(self.by_offset_array[-t % self.block])
 
     def _record(self, plan: list[int], durations: list[float]) -> None:
         """What the exact path's steps record, one step at a time: the KV trace (blocks in use

@@ -84,6 +84,40 @@ class StepTrace:
             self._max_blocks = used_blocks
         self.num_records += 1
 
+    def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
+        """``record`` of each ``(times_s[i], used_blocks[i])`` in order, in one call: the same
+        state and the same floats (each segment's area is the same product, the running area
+        a sequential sum, ``np.add.accumulate``; the buffer halves where ``record`` would)."""
+        if len(times_s) and self.num_records == 0:
+            self.record(float(times_s[0]), int(used_blocks[0]))
+            times_s, used_blocks = times_s[1:], used_blocks[1:]
+        if not len(times_s):
+            return
+        starts = np.concatenate(([self._last_s], times_s[:-1]))
+        if bool((times_s < starts).any()):
+            raise ValueError("StepTrace: time went backwards")
+        peaks = np.concatenate(([self._last_blocks], used_blocks[:-1])).astype(np.int64)
+        areas = peaks * (times_s - starts)
+        self._area_block_s = float(
+            np.add.accumulate(np.concatenate(([self._area_block_s], areas)))[-1]
+        )
+        start_list, end_list = starts.tolist(), times_s.tolist()
+        area_list, peak_list = areas.tolist(), peaks.tolist()
+        done = 0
+        while done < len(times_s):
+            end = done + 2 * self.max_points - len(self._seg_start_s)
+            self._seg_start_s.extend(start_list[done:end])
+            self._seg_end_s.extend(end_list[done:end])
+            self._seg_area_block_s.extend(area_list[done:end])
+            self._seg_peak_blocks.extend(peak_list[done:end])
+            done = end
+            if len(self._seg_start_s) >= 2 * self.max_points:
+                self._halve()
+        self._last_s = float(times_s[-1])
+        self._last_blocks = int(used_blocks[-1])
+        self._max_blocks = max(self._max_blocks, int(used_blocks.max()))
+        self.num_records += len(times_s)
+
     def _halve(self) -> None:
         merged = _pairwise(
             self._seg_start_s, self._seg_end_s, self._seg_area_block_s, self._seg_peak_blocks
@@ -126,14 +160,22 @@ class StepTrace:
 def _pairwise(
     starts: list[float], ends: list[float], areas: list[float], peaks: list[int]
 ) -> tuple[list[float], list[float], list[float], list[int]]:
-    """Merge neighbouring segments two by two (the last one alone if the count is odd)."""
-    idx = range(0, len(starts), 2)
-    return (
-        [starts[k] for k in idx],
-        [ends[min(k + 1, len(ends) - 1)] for k in idx],
-        [sum(areas[k : k + 2]) for k in idx],
-        [max(peaks[k : k + 2]) for k in idx],
-    )
+    """Merge neighbouring segments two by two (the last one alone if the count is odd), in
+    numpy: each pair's area is the same one addition (areas are >= 0, so ``sum``'s start at
+    0 changes no bit), its peak the same maximum."""
+    count = len(starts)
+    if count < 2:
+        return list(starts), list(ends), [0 + a for a in areas], list(peaks)
+    pairs = count // 2
+    area, peak = np.asarray(areas), np.asarray(peaks, dtype=np.int64)
+    merged_areas = area[0 : 2 * pairs : 2] + area[1 : 2 * pairs : 2]
+    merged_peaks = np.maximum(peak[0 : 2 * pairs : 2], peak[1 : 2 * pairs : 2])
+    merged_ends = ends[1::2]
+    if count % 2:  # the last segment alone
+        merged_areas = np.append(merged_areas, 0 + areas[-1])
+        merged_peaks = np.append(merged_peaks, peaks[-1])
+        merged_ends.append(ends[-1])
+    return starts[::2], merged_ends, merged_areas.tolist(), merged_peaks.tolist()
 
 
 def combine_usage(summaries: list[KvUsageSummary]) -> KvUsageSummary | None:

@@ -1,0 +1,111 @@
+"""Runs of identical doomed-head cycles (``engine/thrashrun.py``) against one cycle at a time.
+
+``_Cycles`` is driven by hand from random states (the decoders' offsets in their last block,
+their blocks and the pool, the head's chunk and prompt, the first finish, the next arrival) and
+a step-time model whose lines change every ``width`` tokens of context, so that a run which
+kept a line past its limit, tested the arrival one step early, or let a cycle whose next chunk
+just fits keep the plan gives other steps, blocks or times than ``next_cycle`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from inferplan.engine.simulator import same_time_s
+from inferplan.engine.thrash import _Cycles
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.perf.batch import StepBatch
+
+
+class _PiecewiseLines:
+    """Step-time lines that hold for ``width`` tokens of decode context each."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def decode_line(self, num_seqs: int, context: int) -> tuple[float, float, float]:
+        piece = context // self.width
+        return 1e-3 * (1 + piece % 3) + 1e-6 * num_seqs, 1e-8 * (1 + piece % 2), self._end(piece)
+
+    def batch_line(self, batch: StepBatch) -> tuple[float, float, float]:
+        piece = batch.decode_context_tokens // self.width
+        a = 2e-3 + 1e-9 * batch.prefill_attention_pairs + 1e-4 * (piece % 4)
+        return a, 1e-8 * (2 + piece % 3), self._end(piece)
+
+    def _end(self, piece: int) -> float:
+        return float((piece + 1) * self.width)
+
+
+def _cycles(rng: np.random.Generator) -> _Cycles:
+    """A ``_Cycles`` in a random state that often thrashes."""
+    block = int(rng.choice([1, 2, 4, 16]))
+    n = int(rng.integers(1, 12))
+    computed = rng.integers(1, 400, n)
+    chunk = int(rng.integers(1, 512))
+    tokens = chunk * int(rng.integers(2, 12)) + int(rng.integers(0, chunk))
+    held = int((-(-computed // block)).sum())
+    head_blocks = -(-tokens // block)
+    usable = held + int(rng.integers(-(-chunk // block), head_blocks + n + 2))
+    c = _Cycles.__new__(_Cycles)
+    c.r = SimpleNamespace(  # type: ignore[assignment]
+        model=_PiecewiseLines(int(rng.choice([50, 500, 10**6]))),
+        cfg=SimpleNamespace(num_blocks=usable + 7),
+        records=SimpleNamespace(first_scheduled_s=np.array([math.nan])),
+        trace=StepTrace(10**6, max_points=int(rng.integers(1, 50))),
+    )
+    c.n, c.block, c.head, c.tokens, c.chunk = n, block, 0, tokens, chunk
+    c.held, c.usable = held, usable
+    by_offset = np.bincount(computed % block, minlength=block)
+    c.by_offset, c.by_offset_array = by_offset.tolist(), by_offset
+    c.context = int(computed.sum()) + n
+    c.steps_left = int(rng.integers(1, 3000))
+    c.now, c.num_steps, c.durations = float(rng.random()), 0, []
+    c.num_cycles, c.recomputed, c.lines = 0, 0, {}
+    # An arrival while the cycles would still run (steps take about 1-5 ms), or none.
+    wait_s = float(rng.random()) * c.steps_left * 3e-3
+    c.arrival = math.inf if rng.random() < 0.2 else c.now + wait_s  # type: ignore[attr-defined]
+    return c
+
+
+def _state(c: _Cycles) -> tuple[object, ...]:
+    trace = vars(c.r.trace)
+    return (c.num_steps, c.held, c.now, c.durations, c.num_cycles, c.recomputed, trace)
+
+
+def _arrival_on_a_step(seed: int) -> float:
+    """An arrival within rounding of a step's start (the loop's tie rule decides it): one of
+    the steps the cycles take without arrivals, nudged by a part in 1e13 or not at all."""
+    rng = np.random.default_rng(seed)
+    c = _cycles(np.random.default_rng(seed))
+    while c.next_cycle(math.inf, same_time_s):
+        pass
+    if not c.durations:
+        return math.inf
+    starts: list[float] = []
+    now = _cycles(np.random.default_rng(seed)).now
+    for step_s in c.durations:
+        starts.append(now)
+        now += step_s
+    at = starts[int(rng.integers(0, len(starts)))]
+    return at * (1.0 + float(rng.choice([-1e-13, 0.0, 1e-13])))
+
+
+def test_runs_of_cycles_give_one_cycle_at_a_time_bit_for_bit() -> None:
+    num_runs = 0
+    for seed in range(180):
+        alone, together = _cycles(np.random.default_rng(seed)), _cycles(np.random.default_rng(seed))
+        arrival = alone.arrival if seed % 3 else _arrival_on_a_step(seed)  # type: ignore[attr-defined]
+        while alone.next_cycle(arrival, same_time_s):
+            pass
+        while True:
+            before = together.num_cycles
+            if together.next_run(arrival, same_time_s):
+                num_runs += 1
+                assert together.num_cycles - before >= 2
+            elif not together.next_cycle(arrival, same_time_s):
+                break
+        assert _state(together) == _state(alone), seed
+    assert num_runs > 100
