@@ -137,6 +137,9 @@ class Replica:
         self.idle_slot_steps = 0
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
         self.vector_steps = True  # False: every exact step takes the general path (reference)
+        # Set by the simulation: fast mode without tiers, speculation or queue timers, whose
+        # advances skip the checks that cannot apply (``Simulation._advance_plain``).
+        self.is_plain = False
         # Whether every running row is a pure decode (None: unknown since the last exact step).
         # Stretches and preemption steps keep it true; only an exact step can change it.
         self._decoding: bool | None = None
