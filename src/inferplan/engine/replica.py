@@ -50,6 +50,7 @@ from inferplan.workload.request import Workload
 # Reductions of the per-step paths as the ufuncs' own: ``ndarray.sum()`` and friends go through
 # a Python wrapper each call, which costs more than the work on a batch of a few hundred rows.
 _sum, _all, _any = np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
+_COMPLETED = int(RequestStatus.COMPLETED)
 
 
 @dataclass(frozen=True)
@@ -387,15 +388,16 @@ class Replica:
         run, rec = self.running, self.records
         if len(rows) == 1:  # the usual case, in scalars
             row = int(rows[0])
-            rid, computed, _, generated, _, held = run.row_values(row)
+            stored = run.stored_row(row)  # its columns read once, for both calls below
+            rid, computed, _, generated, _, held = run.rows.row_values(row, stored)
             rec.finish_s[rid] = self.now
             rec.output_tokens[rid] = generated
-            rec.status[rid] = int(RequestStatus.COMPLETED)
+            rec.status[rid] = _COMPLETED
             if self.pool.cache is None:
                 self.pool.free += held
             else:
                 self.scheduler.release_blocks(rid, held, computed)
-            run.drop_row(row)
+            run.drop_row(row, stored)
             self.on_finish.append(rid)
             if len(run) == 0:
                 self.batch_slots = 0

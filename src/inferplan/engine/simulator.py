@@ -318,9 +318,7 @@ class Simulation:
             if preemption_chain(replica, next_arrival_s, preempting=False):
                 return  # the loop below, at once
         while True:
-            k, a, b, pool_bound = stretches.stretch_steps(next_arrival_s)
-            if k > 0:
-                stretches.advance_decode(k, a, b)
+            k, pool_bound = stretches.stretch(next_arrival_s)
             if not (pool_bound and chain):
                 if k == 0:
                     replica.step()
