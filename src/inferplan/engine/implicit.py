@@ -61,6 +61,7 @@ class ImplicitRows:
         self.ceil_sum = 0
         self.hist = [0] * max(block_size, 1)
         self.due: list[int] = []
+        self.left: list[int] = []  # ``target - generated`` (stored) per known row, in row order
         self.gone: dict[int, int] = {}
         self.ceil_held = True  # every known row beyond ``held_rows`` holds ceil(computed / B)
         self.itl_length = 0
@@ -118,11 +119,16 @@ class ImplicitRows:
     def _reset(self) -> None:
         self.computed_sum = self.ceil_sum = 0
         self.hist = [0] * self.block
-        self.due, self.gone, self.ceil_held = [], {}, True
+        self.due, self.gone, self.ceil_held, self.left = [], {}, True, []
 
     def _add_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
         block, lag, start = self.block, self.lag, self.known_rows
-        hist, ceil_held, ceil_sum, held_rows = self.hist, self.ceil_held, self.ceil_sum, self.held_rows
+        hist, ceil_held, ceil_sum, held_rows = (
+            self.hist,
+            self.ceil_held,
+            self.ceil_sum,
+            self.held_rows,
+        )
         for row, c in enumerate(computed, start):
             hist[c % block] += 1
             blocks = -(-(c + lag) // block)
@@ -131,6 +137,7 @@ class ImplicitRows:
                 ceil_held = False
         self.ceil_held, self.ceil_sum = ceil_held, ceil_sum
         self.computed_sum += sum(computed)
+        self.left.extend(keys)
         if start == 0:
             keys.sort()  # a sorted list is a heap
             self.due = keys
@@ -188,9 +195,16 @@ class ImplicitRows:
             j -= count
         raise ValueError(f"offset {j} past the {self.run._size} rows")
 
-    def finished_rows(self) -> np.ndarray:
-        """Rows whose generated tokens reach their target, ascending."""
-        ints, size = self.run._ints, self.run._size
+    def finished_rows(self) -> np.ndarray | list[int]:
+        """Rows whose generated tokens reach their target, ascending. Where every row is
+        known and none is past its target, those whose ``target - generated`` is the lag,
+        found in the known rows' list (a scan in C, not three numpy calls)."""
+        size, lag, left = self.run._size, self.lag, self.left
+        if self.known_rows == size and size and self.fewest_left() == 0:
+            if left.count(lag) == 1:
+                return [left.index(lag)]
+            return [row for row, key in enumerate(left) if key == lag]
+        ints = self.run._ints
         done = ints[_GENERATED, :size] + self.lag >= ints[_TARGET, :size]
         rows: np.ndarray = done.nonzero()[0]
         return rows
@@ -239,6 +253,7 @@ class ImplicitRows:
         if stored is None:
             stored = self.run._ints[:, row].tolist()
         if row < self.known_rows:
+            del self.left[row]
             c = stored[_COMPUTED]
             self.computed_sum -= c
             self.hist[c % self.block] -= 1

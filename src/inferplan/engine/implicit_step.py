@@ -37,7 +37,8 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     decode_context = rows.total_context()
     emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
     chunks: list[int] = []
-    run.appended = appended = []  # the admitted rows' columns as ``append`` stores them
+    appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
+    run.appended = appended
     r.scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
     run.appended = None
     r._decoding = None

@@ -159,9 +159,9 @@ class DecodeStretches:
         r = self.replica
         known, self._known = self._known, None
         remaining = None
-        if known is not None and known[0] == r.num_steps and known[1] == r.now:
-            if known[2] == r.running._size:  # what ``stretch_steps`` learnt of this state
-                context, remaining = known[3], known[4]
+        # What ``stretch_steps`` learnt, if of this state (steps, clock, batch size).
+        if known is not None and known[:3] == (r.num_steps, r.now, r.running._size):
+            context, remaining = known[3], known[4]
         self._run(k, a, b, context, remaining)
 
     def _run(self, k: int, a: float, b: float, context: int | None, remaining: int | None) -> None:
