@@ -236,6 +236,7 @@ class Simulation:
         while True:
             steps, now = replica.num_steps, replica.now
             self._advance_once(replica, next_arrival_s)
+            after_arrival, arrived = arrived, False
             if not self._fuse_advances or not replica.has_work:
                 return
             if replica.on_finish:
@@ -243,8 +244,8 @@ class Simulation:
                     return
                 collects(self._collect(replica))
             if replica.num_steps == steps and replica.now == now:
-                if arrived and not len(replica.running) and len(replica.waiting):
-                    self._stuck(replica)  # the loop's test after the arrival's advance
+                if after_arrival and not len(replica.running) and len(replica.waiting):
+                    self._stuck(replica)  # the loop's test of the advance after an arrival
                 return  # no progress: the loop says why (``_stuck``)
             if next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):  # ``same_time_s``
                 if collects is None:
