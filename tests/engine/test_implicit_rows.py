@@ -5,7 +5,8 @@ run with every fast path reading the columns, bit for bit.
 - Random sequences of appends, implicit decode stretches, finishes, pops, truncations and
   column reads: after each, the total context, the fewest tokens left, the blocks of the next
   ``k`` steps and the ``j``-th smallest block offset against numpy on the settled columns, and
-  the pending worst gaps (the ITL log) against writing ``np.fmax`` per row as before.
+  the pending worst gaps (the ITL log) against writing ``np.fmax`` per row as before; the
+  finished rows (from the known rows' ``target - generated`` list) against the columns.
 - The fast == exact harness's cases, run twice in fast mode: implicit rows on, and off (every
   fast path reading and writing the columns, as before): every record, the ITL histogram and
   the KV trace identical.
@@ -40,7 +41,10 @@ def _check_scalars(run: RunningSet, block: int, k: int) -> None:
     # Read the scalars first: reading a column settles the rows and forgets them.
     scalars = (rows.total_context(), rows.fewest_left(), rows.crossings(k))
     offsets_scalar = [rows.kth_offset(j) for j in range(n)]
+    # From the known rows' list where no row is past its target, else from the columns.
+    finished = [int(row) for row in rows.finished_rows()]
     computed, generated, target = run.num_computed, run.num_generated, run.target
+    assert finished == np.flatnonzero(generated >= target).tolist()
     assert scalars == (
         int(computed.sum()) + n,
         int((target - generated).min()),
@@ -186,7 +190,14 @@ def _learnt(block: int, computed: list[int], lag: int, extra_row: int | None, sp
         held = -(-c // block) + int(row == extra_row)
         run.append(row, c, c + 1, 1 + row % 3, 5 + row, held, 0.0)
     rows.learn()
-    return rows.computed_sum, rows.ceil_sum, list(rows.hist), sorted(rows.due), rows.ceil_held
+    return (
+        rows.computed_sum,
+        rows.ceil_sum,
+        list(rows.hist),
+        sorted(rows.due),
+        list(rows.left),
+        rows.ceil_held,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -213,3 +224,23 @@ def test_learning_many_rows_in_numpy_gives_the_loops_scalars(
             learnt.append(_learnt(block, computed, lag, extra_row, split))
     assert learnt[0] == learnt[1]
     assert learnt[0][-1] == (extra_row is None)
+
+
+def test_finished_rows_from_the_known_rows_list() -> None:
+    """A stretch that ends at the first finish: the rows at their target, from the known rows'
+    ``target - generated`` list (one row, then two at once), as the columns give them."""
+    run = RunningSet(capacity=2, block_size=16, max_itl_s=np.full(8, np.nan))
+    for rid, target in enumerate([9, 5, 7, 5, 12]):
+        run.append(rid, 100 + rid, 101 + rid, 1, target, 7, 0.0)
+    rows = run.rows
+    rows.decode(2, rows.crossings(2), len(run))  # generated 3: none done
+    assert rows.fewest_left() == 2 and list(rows.finished_rows()) == []
+    rows.decode(2, rows.crossings(2), len(run))  # generated 5: rows 1 and 3 reach 5
+    assert rows.fewest_left() == 0
+    assert list(rows.finished_rows()) == [1, 3]
+    run.drop_row(3)
+    run.drop_row(1)
+    rows.decode(2, rows.crossings(2), len(run))  # generated 7: the row of target 7, now row 1
+    assert rows.fewest_left() == 0
+    assert rows.finished_rows() == [1]
+    assert np.flatnonzero(run.num_generated >= run.target).tolist() == [1]

@@ -62,6 +62,7 @@ class ImplicitRows:
         self.ceil_sum = 0
         self.hist = [0] * max(block_size, 1)
         self.due: list[int] = []
+        self.left: list[int] = []  # ``target - generated`` (stored) per known row, in row order
         self.gone: dict[int, int] = {}
         self.ceil_held = True  # every known row beyond ``held_rows`` holds ceil(computed / B)
         self.itl_length = 0
@@ -96,12 +97,10 @@ class ImplicitRows:
 
     def learn(self) -> None:
         """Bring the scalars up to date with every row (those appended since, or all)."""
-        run, block, lag = self.run, self.block, self.lag
+        run = self.run
         size, start = run._size, self.known_rows
         if start == 0:  # forgotten (or never known): from nothing
-            self.computed_sum = self.ceil_sum = 0
-            self.hist = [0] * block
-            self.due, self.gone, self.ceil_held = [], {}, True
+            self._reset()
         if start == size:
             return
         ints = run._ints
@@ -111,22 +110,45 @@ class ImplicitRows:
         computed = ints[_COMPUTED, start:size].tolist()
         keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
         held = ints[_HELD, start:size].tolist()
-        hist, ceil_held = self.hist, self.ceil_held
+        self._add_rows(computed, keys, held)
+
+    def learn_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
+        """``learn`` where the rows after the known ones are the last and the caller has
+        their stored computed tokens, ``target - generated`` and held blocks as Python ints
+        (the admitted rows of ``implicit_step``)."""
+        if self.known_rows == 0:
+            self._reset()
+        self._add_rows(computed, keys, held)
+
+    def _reset(self) -> None:
+        self.computed_sum = self.ceil_sum = 0
+        self.hist = [0] * self.block
+        self.due, self.gone, self.ceil_held, self.left = [], {}, True, []
+
+    def _add_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
+        block, lag, start = self.block, self.lag, self.known_rows
+        hist, ceil_held, ceil_sum, held_rows = (
+            self.hist,
+            self.ceil_held,
+            self.ceil_sum,
+            self.held_rows,
+        )
         for row, c in enumerate(computed, start):
             hist[c % block] += 1
             blocks = -(-(c + lag) // block)
-            self.ceil_sum += blocks
-            if row >= self.held_rows and held[row - start] != blocks:
+            ceil_sum += blocks
+            if row >= held_rows and held[row - start] != blocks:
                 ceil_held = False
-        self.ceil_held = ceil_held
+        self.ceil_held, self.ceil_sum = ceil_held, ceil_sum
         self.computed_sum += sum(computed)
+        self.left.extend(keys)
         if start == 0:
             keys.sort()  # a sorted list is a heap
             self.due = keys
         else:
             for key in keys:
                 heapq.heappush(self.due, key)
-        self.known_rows = size
+        self.known_rows = start + len(computed)
 
     def _learn_rows(self, start: int, size: int) -> None:
         """``learn`` of rows ``[start, size)`` in numpy (many rows: after a general path
@@ -141,7 +163,9 @@ class ImplicitRows:
         if first < size and bool((ints[_HELD, first:size] != blocks[first - start :]).any()):
             self.ceil_held = False
         self.computed_sum += int(computed.sum())
-        keys = np.sort(ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
+        left = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
+        self.left.extend(left)
+        keys = sorted(left)
         if start == 0:
             self.due = keys  # a sorted list is a heap
         else:
@@ -198,16 +222,26 @@ class ImplicitRows:
             j -= count
         raise ValueError(f"offset {j} past the {self.run._size} rows")
 
-    def finished_rows(self) -> np.ndarray:
-        """Rows whose generated tokens reach their target, ascending."""
-        ints, size = self.run._ints, self.run._size
+    def finished_rows(self) -> np.ndarray | list[int]:
+        """Rows whose generated tokens reach their target, ascending. Where every row is
+        known and none is past its target, those whose ``target - generated`` is the lag,
+        found in the known rows' list (a scan in C, not three numpy calls)."""
+        size, lag, left = self.run._size, self.lag, self.left
+        if self.known_rows == size and size and self.fewest_left() == 0:
+            if left.count(lag) == 1:
+                return [left.index(lag)]
+            return [row for row, key in enumerate(left) if key == lag]
+        ints = self.run._ints
         done = ints[_GENERATED, :size] + self.lag >= ints[_TARGET, :size]
         rows: np.ndarray = done.nonzero()[0]
         return rows
 
-    def row_values(self, row: int) -> list[int]:
-        """Row ``row``'s id, computed, tokens, generated, target and held blocks."""
-        rid, computed, tokens, generated, target, held, _ = self.run._ints[:, row].tolist()
+    def row_values(self, row: int, stored: list[int] | None = None) -> list[int]:
+        """Row ``row``'s id, computed, tokens, generated, target and held blocks (``stored``:
+        its int columns as Python ints, where the caller read them)."""
+        if stored is None:
+            stored = self.run._ints[:, row].tolist()
+        rid, computed, tokens, generated, target, held, _ = stored
         lag = self.lag
         computed += lag
         if row < self.held_rows:
@@ -239,23 +273,26 @@ class ImplicitRows:
         self.time_rows, self.time_s = self.run._size, now
         self.pending = True
 
-    def leave(self, row: int) -> None:
-        """Row ``row`` is about to leave (its columns still in place): drop it from the scalars
-        and the stale prefixes, and write its worst gap from the ITL log."""
-        ints = self.run._ints
+    def leave(self, row: int, stored: list[int] | None = None) -> None:
+        """Row ``row`` is about to leave (its columns still in place; ``stored``: its int
+        columns as Python ints, where the caller read them): drop it from the scalars and the
+        stale prefixes, and write its worst gap from the ITL log."""
+        if stored is None:
+            stored = self.run._ints[:, row].tolist()
         if row < self.known_rows:
-            c = int(ints[_COMPUTED, row])
+            del self.left[row]
+            c = stored[_COMPUTED]
             self.computed_sum -= c
             self.hist[c % self.block] -= 1
             self.ceil_sum -= -(-(c + self.lag) // self.block)
-            key = int(ints[_TARGET, row] - ints[_GENERATED, row])
+            key = stored[_TARGET] - stored[_GENERATED]
             self.gone[key] = self.gone.get(key, 0) + 1
             self.known_rows -= 1
         if row < self.held_rows:
             self.held_rows -= 1
         if row < self.time_rows:
             self.time_rows -= 1
-        self._write_itl(int(ints[_ID, row]), int(ints[_ITL_FROM, row]))
+        self._write_itl(stored[_ID], stored[_ITL_FROM])
 
     # ---- the ITL log ------------------------------------------------------------------------
 
@@ -273,7 +310,11 @@ class ImplicitRows:
 
     def itl_restart(self, first_row: int) -> None:
         """Rows ``[first_row, n)`` read only the log's entries from now on."""
-        self.run._ints[_ITL_FROM, first_row : self.run._size] = self.itl_length
+        size = self.run._size
+        if size == first_row + 1:  # one row (an admission step's usual): a scalar write
+            self.run._ints[_ITL_FROM, first_row] = self.itl_length
+        else:
+            self.run._ints[_ITL_FROM, first_row:size] = self.itl_length
 
     def flush_itl(self) -> None:
         """Write every running row's pending worst gap (the run's end)."""

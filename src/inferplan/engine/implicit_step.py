@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
-_COMPUTED, _TOKENS, _GENERATED, _HELD = 1, 2, 3, 5
+_ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD = 0, 1, 2, 3, 4, 5
 
 
 def implicit_decode_and_admit_step(r: Replica) -> bool:
@@ -37,12 +37,16 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     decode_context = rows.total_context()
     emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
     chunks: list[int] = []
+    appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
+    run.appended = appended
     r.scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
+    run.appended = None
     r._decoding = None
     if n == 0 and not chunks:
         return True
     ints, lag, size = run._ints, rows.lag, run._size
-    admitted = ints[:, n:size].tolist()  # the admitted rows' columns, stored (minus the lag)
+    # The admitted rows' columns, stored (minus the lag): rows [n, size), appended in order.
+    admitted = list(zip(*appended, strict=True)) if appended else [()] * len(ints)
     hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
     duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))
     r.trace.record(r.now, pool.used)
@@ -55,13 +59,22 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
         return True
     rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
     if size > n:  # admitted rows: computed = end; tokens and generated + 1 cancel the lag's + 1
-        ints[_COMPUTED, n:size] = [end - lag - 1 for end in ends]
+        stored = [end - lag - 1 for end in ends]
+        if size == n + 1:  # the usual single admission: a scalar write
+            ints[_COMPUTED, n] = stored[0]
+        else:
+            ints[_COMPUTED, n:size] = stored
         block = rows.block
-        if admitted[_HELD] == [-(-end // block) for end in ends]:
+        if list(admitted[_HELD]) == [-(-end // block) for end in ends]:
             rows.held_rows = size
+        if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted ones
+            keys = [t - g for t, g in zip(admitted[_TARGET], admitted[_GENERATED], strict=True)]
+            rows.learn_rows(stored, keys, list(admitted[_HELD]))
     _old_rows_gaps(r, n, emitted, duration)
     rows.itl_restart(n)  # the admitted rows' gaps start at their first token
-    r.records.first_token_s[run.ids[n:]] = r.now
+    first_token_s = r.records.first_token_s
+    for rid in admitted[_ID]:
+        first_token_s[rid] = r.now
     rows.emitted(r.now)
     r._decoding = True  # every row has sampled and needs one token
     if rows.fewest_left() <= 0:

@@ -50,6 +50,8 @@ from inferplan.workload.request import Workload
 # Reductions of the per-step paths as the ufuncs' own: ``ndarray.sum()`` and friends go through
 # a Python wrapper each call, which costs more than the work on a batch of a few hundred rows.
 _sum, _all, _any = np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
+_COMPLETED = int(RequestStatus.COMPLETED)
+FEW_ROWS = 8  # finishing rows taken one at a time in scalars (more: as columns)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,9 @@ class Replica:
         self.idle_slot_steps = 0
         self.on_finish: list[int] = []  # ids finished in the last step (for the client)
         self.vector_steps = True  # False: every exact step takes the general path (reference)
+        # Set by the simulation: fast mode without tiers, speculation or queue timers, whose
+        # advances skip the checks that cannot apply (``Simulation._advance_plain``).
+        self.is_plain = False
         # Whether every running row is a pure decode (None: unknown since the last exact step).
         # Stretches and preemption steps keep it true; only an exact step can change it.
         self._decoding: bool | None = None
@@ -159,7 +164,8 @@ class Replica:
 
     @property
     def has_work(self) -> bool:
-        if len(self.running) or len(self.waiting) or self.swapped:
+        # ``len(running) or len(waiting)``, without their ``__len__`` calls (asked per event)
+        if self.running._size or self.waiting.tokens or self.swapped:
             return True
         return self.offload is not None and bool(self.offload.loading)
 
@@ -380,23 +386,28 @@ class Replica:
         if num_same < len(same):
             self.itl.add_many(gaps[~same])
 
-    def finish(self, rows: np.ndarray) -> None:
+    def finish(self, rows: np.ndarray | list[int]) -> None:
+        """Complete the requests at these ascending rows (they reached their targets)."""
         run, rec = self.running, self.records
-        if len(rows) == 1:  # the usual case, in scalars
-            row = int(rows[0])
-            rid, computed, _, generated, _, held = run.row_values(row)
-            rec.finish_s[rid] = self.now
-            rec.output_tokens[rid] = generated
-            rec.status[rid] = int(RequestStatus.COMPLETED)
-            if self.pool.cache is None:
-                self.pool.free += held
-            else:
-                self.scheduler.release_blocks(rid, held, computed)
-            run.drop_row(row)
-            self.on_finish.append(rid)
+        if len(rows) <= FEW_ROWS:  # the usual one (or a few admitted together), in scalars
+            rows = [int(row) for row in rows]
+            stored = [run.stored_row(row) for row in rows]  # each row's columns read once
+            for row, columns in zip(rows, stored, strict=True):
+                rid, computed, _, generated, _, held = run.rows.row_values(row, columns)
+                rec.finish_s[rid] = self.now
+                rec.output_tokens[rid] = generated
+                rec.status[rid] = _COMPLETED
+                if self.pool.cache is None:
+                    self.pool.free += held
+                else:
+                    self.scheduler.release_blocks(rid, held, computed)
+                self.on_finish.append(rid)
+            for row, columns in zip(rows[::-1], stored[::-1], strict=True):
+                run.drop_row(row, columns)  # from the last: the earlier rows keep their index
             if len(run) == 0:
                 self.batch_slots = 0
             return
+        rows = np.asarray(rows, dtype=np.int64)
         ids = run.ids[rows]
         rec.finish_s[ids] = self.now
         rec.output_tokens[ids] = run.num_generated[rows]

@@ -85,6 +85,9 @@ class RunningSet:
         lets stretches keep the rows implicit (0: they read the columns); ``max_itl_s``: the
         records' worst gaps, written when a row leaves (``ImplicitRows``' ITL log)."""
         object.__setattr__(self, "rows", ImplicitRows(self, block_size, max_itl_s))
+        # Set to a list by a caller that wants the rows ``append`` adds, as stored (each
+        # ``_INT_COLUMNS``' values; ``engine/implicit_step.py``), without reading them back.
+        self.appended: list[tuple[int, ...]] | None = None
         # The int columns are the rows of one buffer (a shift, a compaction or a stretch's
         # increment is one numpy call for all of them), the token times a buffer of their own.
         self._set_buffers(
@@ -142,7 +145,7 @@ class RunningSet:
             times[:row] = self._times[:row]
             self._set_buffers(ints, times)
         lag = self.rows.lag  # stored decode columns lag the pending decode steps
-        self._ints[:, row] = (
+        stored = (
             request_id,
             num_computed - lag,
             num_tokens - lag,
@@ -151,7 +154,10 @@ class RunningSet:
             held_blocks,
             self.rows.itl_length,
         )
+        self._ints[:, row] = stored
         self._times[row] = last_token_s
+        if self.appended is not None:
+            self.appended.append(stored)
         self._resize(row + 1)
 
     def decode(self, steps: int) -> None:
@@ -189,10 +195,11 @@ class RunningSet:
             return
         self.drop_row(int(rows[0]))
 
-    def drop_row(self, row: int) -> None:
-        """Drop one row, shifting the rows after it down (the implicit state follows)."""
+    def drop_row(self, row: int, stored: list[int] | None = None) -> None:
+        """Drop one row, shifting the rows after it down (the implicit state follows;
+        ``stored``: its int columns as Python ints, where the caller read them)."""
         size = self._size
-        self.rows.leave(row)
+        self.rows.leave(row, stored)
         if row < size - 1:
             self._ints[:, row : size - 1] = self._ints[:, row + 1 : size]
             self._times[row : size - 1] = self._times[row + 1 : size]
@@ -202,6 +209,12 @@ class RunningSet:
         """One row's int columns as Python ints: id, num_computed, num_tokens, num_generated,
         target, held_blocks."""
         return self.rows.row_values(row)
+
+    def stored_row(self, row: int) -> list[int]:
+        """One row's int columns as stored (the decode columns minus the pending lag), as
+        Python ints: for ``ImplicitRows.row_values`` and ``drop_row``."""
+        stored: list[int] = self._ints[:, row].tolist()
+        return stored
 
     def pop(self, row: int) -> tuple[int, int, int, int]:
         """Remove the request at ``row``: (id, num_computed, num_tokens, held_blocks)."""

@@ -28,7 +28,7 @@ import numpy as np
 from inferplan.engine.admission import AdmissionConfig, AdmissionLedger
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.offload import offload_summary
-from inferplan.engine.policies import ROUTERS
+from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.schedulers import SCHEDULERS
@@ -120,6 +120,8 @@ class Simulation:
             cfg, workload, model, self.records, self.itl, self.ledger, same_time_s
         )
         speculate(self.replicas, model, cfg.speculative, cfg.max_model_len)
+        for replica in self.replicas:
+            replica.is_plain = self._is_plain(replica)
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
@@ -136,6 +138,19 @@ class Simulation:
         self._chains = self._chains_apply()
         # Set by ``run``: how a fused advance reports the finishes it collects (``_advance``).
         self._collects_finishes: Callable[[int], None] | None = None
+
+    def _is_plain(self, replica: Replica) -> bool:
+        """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
+        KV tiers or speculative decoding, a queue without timers (no SPF aging), and no other
+        replica whose clock bounds its stretches (a client limit over several replicas)."""
+        cfg = self.cfg
+        return (
+            not cfg.exact
+            and replica.offload is None
+            and replica.spec is None
+            and type(replica.waiting) is WaitingQueue
+            and (cfg.max_concurrency is None or len(self.replicas) == 1)
+        )
 
     def _own_arrivals(self) -> RoutedArrivals | None:
         """Each replica's own arrivals, where routing is known before the run (round robin,
@@ -213,22 +228,37 @@ class Simulation:
 
     def _advance(self, replica: Replica, next_arrival_s: float) -> None:
         """``_advance_once``; with one replica in fast mode, again while the loop would pick
-        this replica next anyway (the next arrival not yet due): the same steps, without a
-        pass through the loop per step (``_fuses_advances``). Finishes are collected here as
-        the loop collects them, where nothing else in the loop reads them (``run``)."""
+        this replica next anyway: the same steps, without a pass through the loop per step
+        (``_fuses_advances``). Finishes are collected, and arrivals that come due routed, here
+        as the loop does it, where nothing else in the loop reads them (``run``: no client
+        concurrency limit and no per-advance check)."""
+        collects, arrived = self._collects_finishes, False
         while True:
             steps, now = replica.num_steps, replica.now
             self._advance_once(replica, next_arrival_s)
+            after_arrival, arrived = arrived, False
             if not self._fuse_advances or not replica.has_work:
                 return
             if replica.on_finish:
-                if self._collects_finishes is None:
+                if collects is None:
                     return
-                self._collects_finishes(self._collect(replica))
+                collects(self._collect(replica))
             if replica.num_steps == steps and replica.now == now:
+                if after_arrival and not len(replica.running) and len(replica.waiting):
+                    self._stuck(replica)  # the loop's test of the advance after an arrival
                 return  # no progress: the loop says why (``_stuck``)
-            if next_arrival_s <= replica.now + same_time_s(replica.now):
-                return  # the loop sees the arrival first
+            if next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):  # ``same_time_s``
+                if collects is None:
+                    return  # the loop sees the arrival first
+                # The loop would route the arrivals now due to this replica and pick it again:
+                # the same ``_arrive`` here (``_fuses_advances``: the class's own client).
+                before = self.num_done
+                while next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):
+                    self._arrive(next_arrival_s)
+                    next_arrival_s = self._next_arrival_s()
+                if self.num_done > before:
+                    collects(self.num_done - before)
+                arrived = True
 
     def _fuses_advances(self) -> bool:
         """Whether ``_advance`` may run several advances per call: fast mode, one replica (the
@@ -244,7 +274,9 @@ class Simulation:
     def _advance_once(self, replica: Replica, next_arrival_s: float) -> None:
         """One exact step, or (fast mode) a chain of pure-decode stretches joined by the
         preemption steps that end them, until a finish, an arrival or a batch change."""
-        stretches = replica.stretches
+        if replica.is_plain:  # the common replica, in fewer calls (the same steps)
+            self._advance_plain(replica, next_arrival_s)
+            return
         replica.waiting.age(replica.now)
         offload = replica.offload
         if offload is not None and not offload.is_idle(replica.now):
@@ -274,12 +306,20 @@ class Simulation:
             if spec_stretch(replica, spec, next_arrival_s) == 0:
                 replica.step()
             return
-        if chain and preemption_chain(replica, next_arrival_s, preempting=False):
-            return  # the loop below, at once (``engine/chain.py``)
+        self._stretch_chain(replica, next_arrival_s, chain)
+
+    def _stretch_chain(self, replica: Replica, next_arrival_s: float, chain: bool) -> None:
+        """Stretches joined by the preemption steps that end them (or, where ``chain``, their
+        closed form, ``engine/chain.py``), until a finish, the bound ``next_arrival_s`` or a
+        batch change."""
+        stretches = replica.stretches
+        # ``preemption_chain`` declines a first stretch while the pool lasts a round of
+        # crossings: that test here saves its call on every stretch below capacity.
+        first_chain = chain and replica.pool.free < replica.running._size
+        if first_chain and preemption_chain(replica, next_arrival_s, preempting=False):
+            return  # the loop below, at once
         while True:
-            k, a, b, pool_bound = stretches.stretch_steps(next_arrival_s)
-            if k > 0:
-                stretches.advance_decode(k, a, b)
+            k, pool_bound = stretches.stretch(next_arrival_s)
             if not (pool_bound and chain):
                 if k == 0:
                     replica.step()
@@ -289,6 +329,21 @@ class Simulation:
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
                 return
+
+    def _advance_plain(self, replica: Replica, next_arrival_s: float) -> None:
+        """``_advance_once`` of a fast-mode replica without KV tiers, speculation, queue
+        timers or other replicas' bounds (``Simulation._is_plain``): its steps, with the
+        checks that cannot apply left out."""
+        stretches = replica.stretches
+        if not stretches.can_stretch():
+            if not self._doomed_cycles(replica, next_arrival_s):
+                replica.step()
+            return
+        if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
+            next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
+        if next_arrival_s < math.inf:  # a step starting within rounding of it sees it
+            next_arrival_s -= 1e-9 * (next_arrival_s + 1.0)  # ``same_time_s``
+        self._stretch_chain(replica, next_arrival_s, self._chains)
 
     def _chains_apply(self) -> bool:
         """Whether stretches and preemption steps may run as chains (``engine/chain.py``; a

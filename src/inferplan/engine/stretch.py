@@ -44,9 +44,24 @@ class DecodeStretches:
             return False
         return r.is_decoding() and not r.scheduler.head_can_join()
 
+    def stretch(self, next_arrival_s: float) -> tuple[int, bool]:
+        """``stretch_steps`` and ``advance_decode`` of its ``k`` steps in one pass (what the
+        plan learnt about the batch handed on, not kept): (k, pool_bound)."""
+        k, a, b, pool_bound, context, remaining = self._plan(next_arrival_s)
+        if k > 0:
+            self._run(k, a, b, context, remaining)
+        return k, pool_bound
+
     def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
         """(steps k, a, b, pool_bound): the stretch length, its step-time line ``a + b*C``, and
         whether it ends only because step ``k`` cannot get its blocks."""
+        k, a, b, pool_bound, context, remaining = self._plan(next_arrival_s)
+        r = self.replica
+        self._known = (r.num_steps, r.now, r.running._size, context, remaining)
+        return k, a, b, pool_bound
+
+    def _plan(self, next_arrival_s: float) -> tuple[int, float, float, bool, int, int]:
+        """``stretch_steps``' answer, and the batch's total context and fewest tokens left."""
         r = self.replica
         run = r.running
         n = run._size
@@ -56,7 +71,6 @@ class DecodeStretches:
             context = int(_sum(run.num_computed)) + n
             remaining = int(_min(run.target - run.num_generated))
         a, b, limit = r.model.decode_line(n, context)
-        self._known = (r.num_steps, r.now, n, context, remaining)
         k = remaining
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
@@ -76,8 +90,8 @@ class DecodeStretches:
             # blocks first; the scheduler's own pass handles the step that ends the stretch.
             k = admission.steps_before_exhaustion(run, min(k, k_pool))
             admission.note_stretch(run, k)
-            return k, a, b, False
-        return min(k, k_pool), a, b, k_pool < k
+            return k, a, b, False, context, remaining
+        return min(k, k_pool), a, b, k_pool < k, context, remaining
 
     def _steps_before_head_hit_shrinks(self, k: int) -> int:
         """Steps (at most ``k``) before the stretch's new blocks evict a cached block the queue
@@ -143,25 +157,60 @@ class DecodeStretches:
         """Run ``k`` decode steps of the current batch at once (``context``: its total
         context, ``sum(num_computed) + n``, when the caller knows it)."""
         r = self.replica
-        if r.running.rows.block:
-            self._advance_implicit(k, a, b, context)
-            return
-        run, cfg, pool, now = r.running, r.cfg, r.pool, r.now
-        n = len(run)
-        # Views of the columns: the in-place operations below write through.
-        computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
         known, self._known = self._known, None
         remaining = None
-        if known is not None and known[0] == r.num_steps and known[1] == now and known[2] == n:
+        # What ``stretch_steps`` learnt, if of this state (steps, clock, batch size).
+        if known is not None and known[:3] == (r.num_steps, r.now, r.running._size):
             context, remaining = known[3], known[4]
-        elif context is None:
-            context = int(_sum(computed)) + n
+        self._run(k, a, b, context, remaining)
+
+    def _run(self, k: int, a: float, b: float, context: int | None, remaining: int | None) -> None:
+        """``k`` decode steps of the batch (its total context and fewest tokens left where
+        known): the stretch's sums and records, then the rows, implicit (without touching a
+        column when every row emitted at ``now``) or as columns (``_decode_columns``)."""
+        r = self.replica
+        run, pool, now = r.running, r.pool, r.now
+        rows, n = run.rows, run._size
+        if context is None:
+            context = rows.total_context() if rows.block else int(_sum(run.num_computed)) + n
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
         r.trace.record(now, pool.used)
         if r.scheduler.counts_idle_slots:
             r.count_idle_slots(k)
+        if not rows.block:
+            self._decode_columns(k, first, step, total, remaining)
+            return
+        if n and rows.time_rows >= n and rows.time_s == now:  # all emitted at now: one mark
+            rows.itl_mark(first + (k - 1) * step)
+            r.itl.add_arithmetic(first, step, k, float(n))
+        else:
+            last_token = run.last_token_s  # settles the rows (and forgets the scalars)
+            same = None if _min(last_token) == now else last_token == now
+            gaps = None if same is None else np.where(same, first, now + first - last_token)
+            self._stretch_itl(gaps, same, first, step, k)
+        if remaining is None:
+            remaining = rows.fewest_left()
+        rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
+        # The pool is what rows do not map (shared prefix blocks counted once).
+        pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
+        r.now = now = now + total
+        r.num_steps += k
+        r.scheduler.note_steps(k)
+        rows.emitted(now)
+        if k >= remaining:
+            r.finish(rows.finished_rows())
+
+    def _decode_columns(
+        self, k: int, first: float, step: float, total: float, remaining: int | None
+    ) -> None:
+        """The rows of ``_run``'s stretch as columns (pools with sliding windows, whose
+        crossings cost each row its own blocks)."""
+        r = self.replica
+        run, cfg, pool, now = r.running, r.cfg, r.pool, r.now
+        # Views of the columns: the in-place operations below write through.
+        computed, held, last_token = run.num_computed, run.held_blocks, run.last_token_s
         # Every token time is <= now, so all rows emitted at now iff the earliest did.
         same = None if _min(last_token) == now else last_token == now
         gaps = None if same is None else np.where(same, first, now + first - last_token)
@@ -182,45 +231,6 @@ class DecodeStretches:
             remaining = int(_min(target - generated)) + k
         if k >= remaining:
             r.finish((generated >= target).nonzero()[0])
-
-    def _advance_implicit(self, k: int, a: float, b: float, context: int | None) -> None:
-        """``advance_decode`` with the rows implicit (``engine/implicit.py``): the same floats,
-        ITL samples and records, without touching a column when every row emitted at ``now``."""
-        r = self.replica
-        run, pool, now = r.running, r.pool, r.now
-        rows, n = run.rows, run._size
-        known, self._known = self._known, None
-        remaining = None
-        if known is not None and known[0] == r.num_steps and known[1] == now and known[2] == n:
-            context, remaining = known[3], known[4]
-        elif context is None:
-            context = rows.total_context()
-        first = a + b * context
-        step = b * n
-        total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(now, pool.used)
-        if r.scheduler.counts_idle_slots:
-            r.count_idle_slots(k)
-        if rows.emitted_at(n) == now:  # every row emitted at now: one ITL mark for all
-            last = first + (k - 1) * step
-            rows.itl_mark(last)
-            r.itl.add_arithmetic(first, step, k, float(n))
-        else:
-            last_token = run.last_token_s  # settles the rows (and forgets the scalars)
-            same = None if _min(last_token) == now else last_token == now
-            gaps = None if same is None else np.where(same, first, now + first - last_token)
-            self._stretch_itl(gaps, same, first, step, k)
-        if remaining is None:
-            remaining = rows.fewest_left()
-        rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
-        # The pool is what rows do not map (shared prefix blocks counted once).
-        pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
-        r.now = now = now + total
-        r.num_steps += k
-        r.scheduler.note_steps(k)
-        rows.emitted(now)
-        if k >= remaining:
-            r.finish(rows.finished_rows())
 
     def _stretch_itl(
         self, gaps: np.ndarray | None, same: np.ndarray | None, first: float, step: float, k: int
@@ -295,12 +305,12 @@ def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap
     the search walk one float at a time)."""
     if window_s <= 0 or cap <= 0:
         return 0
+    if cap * a + b * (cap * context + n * cap * (cap - 1) / 2) < window_s:  # ``elapsed(cap)``
+        return cap  # the usual answer of a stretch cut by a finish: no search
 
     def elapsed(i: int) -> float:
         return i * a + b * (i * context + n * i * (i - 1) / 2)
 
-    if elapsed(cap) < window_s:
-        return cap
     qa, qb = b * n / 2, a + b * context - b * n / 2
     root = math.sqrt(qb * qb + 4 * qa * window_s)
     guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb if qb > 0 else cap
