@@ -27,6 +27,7 @@ from inferplan.errors import InferplanError
 from inferplan.limits import MAX_CONFIG_LAYERS, MAX_CONFIG_POSITIONS
 from inferplan.specs.config_fields import ConfigFields
 from inferplan.specs.hybrid import hybrid_blocks, mamba2_fields
+from inferplan.specs.sparse import IndexerSpec, indexer_spec
 from inferplan.specs.vision import VisionSpec, parse_vision
 
 AttentionKind = Literal["gqa", "mla", "linear", "none"]
@@ -98,6 +99,7 @@ class AttentionSpec:
     conv_kernel_size: int = 0
     is_mamba2: bool = False  # Nemotron-H Mamba-2 mixer (its own projection shapes)
     has_fp32_state: bool = False  # recurrent state kept in fp32 (mamba_ssm_cache_dtype)
+    indexer: IndexerSpec | None = None  # DeepSeek-V3.2 sparse attention (specs/sparse.py)
 
 
 @dataclass(frozen=True)
@@ -366,6 +368,7 @@ def _mla_attention(f: ConfigFields, num_heads: int, window: int | None) -> Atten
         q_lora_rank=f.opt_int("q_lora_rank"),
         kv_lora_rank=f.get_int("kv_lora_rank"),
         qk_rope_head_dim=rope,
+        indexer=indexer_spec(f),
     )
 
 
