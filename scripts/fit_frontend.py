@@ -361,6 +361,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--by", action="store_true", help="latency errors by GPU, model family and workload too"
     )
+    parser.add_argument(
+        "--only",
+        help="simulate only the runs whose case_id contains this (with --save; then --load it "
+        "after the full tables, whose values it replaces)",
+    )
     args = parser.parse_args(argv)
     fitted: dict[str, Fit] = {}
     for name in args.engine or ["vllm-v1", "sglang", "trtllm-serve"]:
@@ -374,7 +379,8 @@ def main(argv: list[str]) -> int:
                         by_class.setdefault(kernel, {}).setdefault(point, {}).update(values)
         else:
             index, count = (int(x) for x in args.shard.split("/"))
-            by_class = tables(name, rows, index, count)
+            runs = [r for r in rows if args.only is None or args.only in r.case_id]
+            by_class = tables(name, runs, index, count)
         if args.save:
             Path(args.save).write_bytes(pickle.dumps({name: by_class}))
         start = Fit(
