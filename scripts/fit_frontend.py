@@ -321,21 +321,17 @@ def workload(row: PublishedRow) -> str:
 BREAKDOWNS = {"GPU": lambda r: r.gpu, "model family": model_family, "workload": workload}
 
 
-def breakdown(label: str, errs: list[tuple[PublishedRow, float]]) -> str:
-    """The latency rows' errors by GPU, model family and workload, and the throughput rows' of
-    the same runs by GPU and model family (``--by``)."""
+def breakdown(label: str, errs: list[tuple[PublishedRow, float]], family: str = "latency") -> str:
+    """The ``family`` rows' errors by GPU, model family and workload (``--by``)."""
     parts = []
-    for family in ("latency", "throughput"):
-        for title, key in BREAKDOWNS.items():
-            if family == "throughput" and title == "workload":
-                continue
-            groups: dict[str, list[float]] = {}
-            for row, e in errs:
-                if row.family == family:
-                    groups.setdefault(key(row), []).append(e)
-            lines = [f"| {label}, {family} by {title} | n | median | p90 | signed median |"]
-            lines.append("|---|---:|---:|---:|---:|")
-            parts.append("\n".join(lines + error_rows(dict(sorted(groups.items())))))
+    for title, key in BREAKDOWNS.items():
+        groups: dict[str, list[float]] = {}
+        for row, e in errs:
+            if row.family == family:
+                groups.setdefault(key(row), []).append(e)
+        lines = [f"| {label}, {family} by {title} | n | median | p90 | signed median |"]
+        lines.append("|---|---:|---:|---:|---:|")
+        parts.append("\n".join(lines + error_rows(dict(sorted(groups.items())))))
     return "\n\n".join(parts)
 
 
@@ -463,8 +459,9 @@ def main(argv: list[str]) -> int:
             print(f"  fold {i + 1}: {describe(point)}")
         print("\n" + report("cross-validated", cv) + "\n", flush=True)
         if args.by:
-            print(breakdown("cross-validated", cv) + "\n")
-            print(breakdown("in-sample", in_sample) + "\n", flush=True)
+            for family in ("latency", "throughput"):
+                print(breakdown("cross-validated", cv, family) + "\n")
+                print(breakdown("in-sample", in_sample, family) + "\n", flush=True)
     if not args.dry_run:
         write({name: untie(point) for name, point in fitted.items()})
     return 0

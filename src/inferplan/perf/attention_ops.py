@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.op import ACT_BYTES, Op
+from inferplan.perf.sparse_attention import (
+    indexer_decode_op,
+    indexer_prefill_op,
+    is_sparse_prefill,
+    read_window,
+)
 from inferplan.specs.chunked import attention_span
 from inferplan.specs.kv import kv_heads_per_rank, linear_state_bytes
 from inferplan.specs.model import AttentionSpec
@@ -24,6 +30,7 @@ class AttentionRates:
 
     compute: float
     memory: float
+    fp8_compute: float = 0.0  # FP8 FLOP/s (DSA's indexer); 0: ``compute``
 
 
 @dataclass(frozen=True)
@@ -84,12 +91,34 @@ def attention_ops(
         cached = min(cached, s.prefill_seqs * (reach or span))
     io = 2 * heads * att.head_dim * ACT_BYTES
     ops = []
+    if att.indexer is not None:
+        ops.extend(_indexer_ops(att, count, s, dpa, batch, rates))
+        if s.prefill and is_sparse_prefill(att.indexer, s.cached + s.prefill, s.prefill_seqs):
+            pair_flops, up_flops = decode_flops, 0.0
+            pairs = min(pairs, s.prefill * att.indexer.topk)
     if s.prefill:
         flops = pair_flops * pairs + up_flops
         read = token_bytes * (cached + s.prefill) + io * s.prefill
         ops.append(Op("attn_prefill", flops, 0.0, read, 0.0, rates.compute, rates.memory, count))
     if s.decode_seqs:
         ops.append(_decode_op(att, count, batch, s, (token_bytes, decode_flops, io), dpa, rates))
+    return ops
+
+
+def _indexer_ops(
+    att: AttentionSpec, count: int, s: _Shares, dpa: int, batch: StepBatch, rates: AttentionRates
+) -> list[Op]:
+    """DSA's lightning indexer over the prefill chunks and the decode rows
+    (``perf/sparse_attention.py``)."""
+    assert att.indexer is not None
+    fp8 = (rates.fp8_compute or rates.compute, rates.memory)
+    ops = []
+    if s.prefill:
+        tokens = s.cached + s.prefill
+        ops.append(indexer_prefill_op(att.indexer, count, s.pairs, tokens, fp8))
+    if s.decode_seqs:
+        q = 1 + batch.num_draft_tokens
+        ops.append(indexer_decode_op(att.indexer, count, q, dpa, fp8))
     return ops
 
 
@@ -116,7 +145,7 @@ def _decode_op(
     """The decode rows' KV reads: capped by a saturated sliding window, else affine in the
     context (evaluated at the micro-batch's context: this rank reads 1/dpa of it)."""
     token_bytes, decode_flops, io = per_token
-    n, window = s.decode_seqs, attention_span(att)
+    n, window = s.decode_seqs, read_window(att)
     context = batch.decode_context_tokens / s.share
     # Speculative verify (``perf/speculative.py``): ``q`` queries per sequence read its KV once;
     # query ``j`` also attends to the ``j`` draft tokens before it.

@@ -34,7 +34,7 @@ from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
-from inferplan.specs.chunked import attention_span
+from inferplan.perf.sparse_attention import read_window
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.model import AttentionSpec, FfnSpec, ModelSpec
@@ -160,7 +160,7 @@ class RooflineModel:
                 lower = max(lower, point * m)
         a += sum(fixed.values()) * factor + self.pipeline_sends(batch)
         b /= m
-        windows = [attention_span(g.attention) for g in self.groups]
+        windows = [read_window(g.attention) for g in self.groups]
         window_lower, window_limit = window_range(windows, num_seqs, context_tokens)
         line = (a, b, max(lower, window_lower), min(limit, window_limit))
         hideable = self.eff.host_overlap * host_s(self.eff, batch, self.par.attention_dp)
@@ -295,6 +295,7 @@ class RooflineModel:
         rates = AttentionRates(
             self.gpu.peak("bf16") * self.eff.attention_compute * softmax,
             self.bandwidth * self.eff.attention_memory,
+            self.gpu.peak("fp8") * self.eff.attention_compute,
         )
         shape = (self.par.tp, m, dpa)
         return attention_ops(

@@ -26,7 +26,7 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
-from inferplan.specs.chunked import attention_span
+from inferplan.perf.sparse_attention import read_window
 
 PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~2 KB)
 
@@ -59,7 +59,7 @@ class StepSeconds:
         # a sliding window that saturates (``context >= seqs x window``) swaps its attention
         # operator, so windowed models are asked every step, as before.
         roofline = model if type(model) is RooflineModel else None
-        if roofline is not None and any(attention_span(g.attention) for g in roofline.groups):
+        if roofline is not None and any(read_window(g.attention) for g in roofline.groups):
             roofline = None
         self.roofline = roofline
         self._plans: dict[tuple[float, ...], _Plan] = {}

@@ -20,7 +20,6 @@ reads as a dense decoder, and one without them fails with an error naming the mi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +28,8 @@ from inferplan.limits import MAX_CONFIG_LAYERS, MAX_CONFIG_POSITIONS
 from inferplan.specs.chunked import with_chunks
 from inferplan.specs.config_fields import ConfigFields
 from inferplan.specs.hybrid import hybrid_blocks, mamba2_fields
+from inferplan.specs.sparse import IndexerSpec, indexer_spec
+from inferplan.specs.vision import VisionSpec, parse_vision
 
 AttentionKind = Literal["gqa", "mla", "linear", "none"]
 FfnKind = Literal["dense", "moe", "none"]
@@ -100,6 +101,7 @@ class AttentionSpec:
     is_mamba2: bool = False  # Nemotron-H Mamba-2 mixer (its own projection shapes)
     has_fp32_state: bool = False  # recurrent state kept in fp32 (mamba_ssm_cache_dtype)
     chunk_tokens: int | None = None  # chunked local attention (Llama 4, specs/chunked.py)
+    indexer: IndexerSpec | None = None  # DeepSeek-V3.2 sparse attention (specs/sparse.py)
 
 
 @dataclass(frozen=True)
@@ -124,18 +126,6 @@ class LayerGroup:
     attention: AttentionSpec
     ffn: FfnSpec
     num_layers: int
-
-
-@dataclass(frozen=True)
-class VisionSpec:
-    """A ViT-style vision tower (SigLIP) and its projector, for multimodal configs."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    patch_size: int
-    image_size: int
-    tokens_per_image: int
 
 
 @dataclass(frozen=True)
@@ -195,7 +185,7 @@ def parse_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise InferplanError(f"{source}: expected a JSON object at the top level")
     top = ConfigFields(cfg, source)
-    vision = _parse_vision(top)
+    vision = parse_vision(top)
     text = _text_config(top)
     f = ConfigFields(text, source)
     model_type = f.get_str("model_type", "") or top.get_str("model_type", "unknown")
@@ -380,6 +370,7 @@ def _mla_attention(f: ConfigFields, num_heads: int, window: int | None) -> Atten
         q_lora_rank=f.opt_int("q_lora_rank"),
         kv_lora_rank=f.get_int("kv_lora_rank"),
         qk_rope_head_dim=rope,
+        indexer=indexer_spec(f),
     )
 
 
@@ -472,30 +463,4 @@ def _parse_quantization(top: ConfigFields) -> QuantizationDefault | None:
     raise InferplanError(
         f"{source}: quantization_config.quant_method {method!r} is not supported; "
         "valid: fp8, mxfp4, awq, gptq, compressed-tensors, modelopt (or pass --quantization)"
-    )
-
-
-def _parse_vision(top: ConfigFields) -> VisionSpec | None:
-    vision = top.get_dict("vision_config")
-    if vision is None:
-        return None
-    f = ConfigFields(vision, f"{top.source} (vision_config)")
-    patch = f.get_int("patch_size")
-    if f.has("image_size"):
-        image = f.get_int("image_size")
-        tokens = top.get_int("mm_tokens_per_image", 256)
-    else:
-        # Qwen-VL towers take any resolution; their position table fixes the native grid
-        # (num_position_embeddings patches), and spatial_merge_size^2 patches make one token.
-        grid = math.isqrt(f.get_int("num_position_embeddings"))
-        image = grid * patch
-        tokens = (grid // f.get_int("spatial_merge_size", 1)) ** 2
-    layers_key = "depth" if f.has("depth") else "num_hidden_layers"
-    return VisionSpec(
-        hidden_size=f.get_int("hidden_size"),
-        intermediate_size=f.get_int("intermediate_size"),
-        num_layers=f.get_int(layers_key, maximum=MAX_CONFIG_LAYERS),
-        patch_size=patch,
-        image_size=image,
-        tokens_per_image=tokens,
     )
