@@ -13,22 +13,9 @@ from inferplan.specs.dtypes import KV_FORMATS
 from inferplan.specs.model import ModelSpec, parse_config
 from inferplan.specs.parallel import Parallelism
 from perf.perf_helpers import toy_gpu, unit_efficiency
+from tiny_configs import tiny_llama4
 
-TOY = {  # four Llama 4 layers (as tests/specs/test_chunked.py), MoE on every second one
-    "model_type": "llama4_text",
-    "hidden_size": 64,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "intermediate_size": 32,
-    "intermediate_size_mlp": 128,
-    "num_local_experts": 4,
-    "num_experts_per_tok": 1,
-    "interleave_moe_layer_step": 2,
-    "vocab_size": 256,
-    "attention_chunk_size": 512,
-}
+TOY = tiny_llama4()
 PEAK = 1e13
 CHUNK = 512
 
