@@ -163,6 +163,30 @@ def test_tiny_scenarios_fast_equals_exact(policy: str) -> None:
     assert fast.num_steps == exact.num_steps
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_headroom_peak_is_sampled_at_the_running_pass(exact: bool) -> None:
+    """``reserve-none`` + ``reject``: two prompts of 20 tokens fill a 10-block pool (4-token
+    blocks) at the first step. At the second, request 0 needs a 6th block, none is free: it is
+    rejected, its 5 blocks go back and request 1 takes its 6th. The peak is sampled where a
+    running pass has granted its rows: 6 blocks, not the 10 the first step's admissions hold.
+    (Fast mode's stretch of no steps before that pass once sampled the 10.)"""
+    _, model = _plan_and_model()
+    wl = Workload(
+        arrival_s=np.zeros(2),
+        input_tokens=np.array([20, 20], dtype=np.int64),
+        output_tokens=np.array([5, 5], dtype=np.int64),
+        class_ids=np.zeros(2, dtype=np.int64),
+    )
+    sched = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, block_size=4, num_blocks=10)
+    adm = AdmissionConfig(policy="reserve-none", on_exhaustion="reject")
+    res = Simulation(
+        wl, SimulationConfig(sched, max_model_len=64, exact=exact, admission=adm), model
+    ).run()
+    assert res.records.status.tolist() == [REJECTED, COMPLETED]
+    assert res.records.output_tokens.tolist() == [1, 5]
+    assert res.admission is not None and res.admission.peak_headroom_blocks == 6
+
+
 # ---- whole runs: invariants after every step, fast == exact ---------------------------------
 
 

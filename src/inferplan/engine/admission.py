@@ -265,7 +265,13 @@ class Admission:
             self.ledger.peak_headroom_blocks = beyond
 
     def note_stretch(self, run: RunningSet, steps: int) -> None:
-        """A decode stretch of ``steps`` will run: its last step holds the most blocks."""
+        """A decode stretch of ``steps`` will run: its last step's running pass holds the most
+        blocks. The peak is sampled where a step's running pass has granted its rows (as
+        ``schedule_running`` does), so a stretch of no steps samples nothing: the blocks held
+        now include the last step's admitted prompts, which that pass never sees, and the
+        step that runs instead samples its own pass (which may end rows first)."""
+        if steps <= 0:
+            return
         after = np.maximum(run.held_blocks, self.pool.blocks_for(run.num_computed + steps))
         self.note_headroom(run, after)
 
