@@ -34,9 +34,9 @@ from .test_fast_equals_exact import (
 )
 
 
-@pytest.fixture
-def chains_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the calls of ``preemption_chain`` that ran a chain with a preemption."""
+def count_chains(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch ``preemption_chain`` to count its calls: 1 where it ran a chain with a preemption,
+    else 0 (one entry a call)."""
     taken: list[int] = []
 
     def counting(replica, next_arrival_s, *, preempting):  # type: ignore[no-untyped-def]
@@ -47,6 +47,12 @@ def chains_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(simulator_module, "preemption_chain", counting)
     return taken
+
+
+@pytest.fixture
+def chains_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of ``preemption_chain`` that ran a chain with a preemption."""
+    return count_chains(monkeypatch)
 
 
 TAIL = replace(
@@ -110,7 +116,7 @@ def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch)
 
 
 @st.composite
-def tail_cases(draw: st.DrawFn) -> Case:
+def tail_cases(draw: st.DrawFn, batched_tokens: tuple[int, ...] = (16, 64, 256, 2048)) -> Case:
     return replace(
         TAIL,
         num_requests=draw(st.integers(15, 50)),
@@ -122,7 +128,7 @@ def tail_cases(draw: st.DrawFn) -> Case:
         block_size=draw(st.sampled_from([1, 4, 16, 32])),
         spare_blocks=draw(st.integers(0, 40)),
         max_num_seqs=draw(st.sampled_from([3, 8, 1024])),
-        max_num_batched_tokens=draw(st.sampled_from([16, 64, 256, 2048])),
+        max_num_batched_tokens=draw(st.sampled_from(batched_tokens)),
         scheduling_policy=draw(st.sampled_from(["fcfs", "fcfs", "spf", "priority"])),
         data_parallel_size=draw(st.sampled_from([1, 1, 2])),
         router=draw(st.sampled_from(["round_robin", "least_outstanding"])),

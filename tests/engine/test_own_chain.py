@@ -5,19 +5,16 @@ while preempted requests re-hit their own blocks; chains must have run."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from inferplan.engine import simulator as simulator_module
-from inferplan.engine.chain import preemption_chain
 from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.workload.prefixes import with_own_blocks
 
-from .test_chain import TAIL, _assert_identical
+from .test_chain import TAIL, _assert_identical, count_chains, tail_cases
 from .test_fast_equals_exact import Case, _assert_same, _plan_and_model, _workload
 from .test_own_stretch import _own_config
 
@@ -37,15 +34,7 @@ def _own_run(case: Case, *, exact: bool = False, chain: bool = True) -> Simulati
 
 
 def _chains_with_preemptions(case: Case, monkeypatch: pytest.MonkeyPatch) -> int:
-    taken: list[int] = []
-
-    def counting(replica, next_arrival_s, *, preempting):  # type: ignore[no-untyped-def]
-        before = int(replica.records.num_preemptions.sum())
-        ran = preemption_chain(replica, next_arrival_s, preempting=preempting)
-        taken.append(int(ran and replica.records.num_preemptions.sum() > before))
-        return ran
-
-    monkeypatch.setattr(simulator_module, "preemption_chain", counting)
+    taken = count_chains(monkeypatch)
     _own_run(case)
     monkeypatch.undo()
     return sum(taken)
@@ -64,30 +53,8 @@ def test_own_block_chains_run_and_equal_exact_and_stepwise(
     assert _chains_with_preemptions(case, monkeypatch) > 10
 
 
-@st.composite
-def own_tail_cases(draw: st.DrawFn) -> Case:
-    return replace(
-        TAIL,
-        num_requests=draw(st.integers(15, 50)),
-        max_input=draw(st.integers(1, 300)),
-        max_output=draw(st.integers(200, 1500)),
-        request_rate=draw(st.sampled_from([5.0, 50.0, 500.0, math.inf])),
-        burstiness=draw(st.sampled_from([0.3, 1.0, 4.0])),
-        seed=draw(st.integers(0, 2**16)),
-        block_size=draw(st.sampled_from([1, 4, 16, 32])),
-        spare_blocks=draw(st.integers(0, 40)),
-        max_num_seqs=draw(st.sampled_from([3, 8, 1024])),
-        max_num_batched_tokens=draw(st.sampled_from([16, 64, 96, 256, 2048])),
-        scheduling_policy=draw(st.sampled_from(["fcfs", "fcfs", "spf", "priority"])),
-        data_parallel_size=draw(st.sampled_from([1, 1, 2])),
-        router=draw(st.sampled_from(["round_robin", "least_outstanding"])),
-        max_concurrency=draw(st.sampled_from([None, None, 4])),
-        reject_some=draw(st.booleans()),
-    )
-
-
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=own_tail_cases())
+@given(case=tail_cases(batched_tokens=(16, 64, 96, 256, 2048)))
 def test_fast_equals_exact_and_stepwise_with_own_blocks(case: Case) -> None:
     fast = _own_run(case)
     _assert_same(fast, _own_run(case, exact=True))

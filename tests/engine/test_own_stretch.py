@@ -23,7 +23,15 @@ from inferplan.workload import Workload
 from inferplan.workload.prefixes import with_own_blocks
 
 from .replica_helpers import replica_at_zero
-from .test_fast_equals_exact import Case, _assert_same, _config, _plan_and_model, _workload, cases
+from .test_fast_equals_exact import (
+    BASE,
+    Case,
+    _assert_same,
+    _config,
+    _plan_and_model,
+    _workload,
+    cases,
+)
 
 
 def _own_config(case: Case, wl: Workload, *, exact: bool) -> SimulationConfig:
@@ -67,24 +75,13 @@ def test_fast_mode_equals_exact_mode_with_own_blocks(case: Case) -> None:
     _check(case)
 
 
-OVERLOADED = Case(
-    num_requests=60,
+OVERLOADED = replace(
+    BASE,
     max_input=300,
-    max_output=400,
     request_rate=math.inf,
-    burstiness=1.0,
     seed=11,
-    block_size=16,
     spare_blocks=30,
-    max_num_seqs=1024,
     max_num_batched_tokens=96,
-    preemption_mode="recompute",
-    scheduler="continuous",
-    data_parallel_size=1,
-    router="round_robin",
-    scheduling_policy="fcfs",
-    max_concurrency=None,
-    reject_some=False,
 )
 
 
