@@ -54,6 +54,7 @@ import numpy as np
 from inferplan.cluster.kv_transfer import KvLink, KvTransferQueue
 from inferplan.engine.replica import Replica
 from inferplan.engine.schedulers import Scheduler
+from inferplan.engine.simsetup import records_for
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
 from inferplan.metrics.histogram import ItlHistogram
@@ -260,12 +261,7 @@ def simulate_disaggregated(
 
 def _empty_records(workload: Workload, t0: float) -> RequestRecords:
     """Every request's row, rejected until a stage completes it."""
-    rec = RequestRecords.empty(workload.num_requests, class_names=workload.class_names)
-    rec.dispatch_s[:] = workload.arrival_s - t0
-    rec.input_tokens[:] = workload.input_tokens
-    rec.class_ids[:] = workload.class_ids
-    assert rec.requested_output_tokens is not None
-    rec.requested_output_tokens[:] = workload.output_tokens
+    rec = records_for(workload, t0)
     rec.status[:] = int(RequestStatus.REJECTED)
     return rec
 
