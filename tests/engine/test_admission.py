@@ -101,20 +101,28 @@ def _tiny_run(on_exhaustion: str, *, exact: bool = True) -> SimulationResult:
     """Two requests of 4 prompt + 20 output tokens (6 blocks of 4 tokens each) in a 10-block
     pool; a noisy predictor with bias 0.25 and sigma 0 predicts 5 output tokens, so each
     reserves blocks_for(9) = 3 blocks and both are admitted (3 + 3 <= 10)."""
-    _, model = _plan_and_model()
-    wl = Workload(
-        arrival_s=np.zeros(2),
-        input_tokens=np.array([4, 4], dtype=np.int64),
-        output_tokens=np.array([20, 20], dtype=np.int64),
-        class_ids=np.zeros(2, dtype=np.int64),
-    )
-    sched = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, block_size=4, num_blocks=10)
     adm = AdmissionConfig(
         policy="quantile",
         quantile=0.5,
         on_exhaustion=on_exhaustion,
         predictor=PredictorSpec("noisy", sigma=0.0, bias=0.25),
     )
+    return _two_at_once(4, 20, adm, exact=exact)
+
+
+def _two_at_once(
+    prompt: int, output: int, adm: AdmissionConfig, *, exact: bool
+) -> SimulationResult:
+    """Two requests of ``prompt`` + ``output`` tokens arriving at 0, in a 10-block pool of
+    4-token blocks, under ``adm``."""
+    _, model = _plan_and_model()
+    wl = Workload(
+        arrival_s=np.zeros(2),
+        input_tokens=np.array([prompt, prompt], dtype=np.int64),
+        output_tokens=np.array([output, output], dtype=np.int64),
+        class_ids=np.zeros(2, dtype=np.int64),
+    )
+    sched = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, block_size=4, num_blocks=10)
     cfg = SimulationConfig(sched, max_model_len=64, exact=exact, admission=adm)
     return Simulation(wl, cfg, model).run()
 
@@ -170,18 +178,8 @@ def test_headroom_peak_is_sampled_at_the_running_pass(exact: bool) -> None:
     rejected, its 5 blocks go back and request 1 takes its 6th. The peak is sampled where a
     running pass has granted its rows: 6 blocks, not the 10 the first step's admissions hold.
     (Fast mode's stretch of no steps before that pass once sampled the 10.)"""
-    _, model = _plan_and_model()
-    wl = Workload(
-        arrival_s=np.zeros(2),
-        input_tokens=np.array([20, 20], dtype=np.int64),
-        output_tokens=np.array([5, 5], dtype=np.int64),
-        class_ids=np.zeros(2, dtype=np.int64),
-    )
-    sched = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, block_size=4, num_blocks=10)
     adm = AdmissionConfig(policy="reserve-none", on_exhaustion="reject")
-    res = Simulation(
-        wl, SimulationConfig(sched, max_model_len=64, exact=exact, admission=adm), model
-    ).run()
+    res = _two_at_once(20, 5, adm, exact=exact)
     assert res.records.status.tolist() == [REJECTED, COMPLETED]
     assert res.records.output_tokens.tolist() == [1, 5]
     assert res.admission is not None and res.admission.peak_headroom_blocks == 6
