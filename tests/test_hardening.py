@@ -454,6 +454,24 @@ def test_a_completed_run_with_rejected_requests_exits_0(
     code, out, err = run(capsys, *argv, "--random-input-len", "4000", "--json")
     assert code == 0, err
     assert json.loads(out)["rejected"] == 4
+    # The run served nothing: stderr says how many were refused and why (stdout stays JSON).
+    assert err == ("note: 4 of 4 requests rejected: 4 prompt + output over --max-model-len 2,048\n")
+
+
+def test_rejections_name_each_reason_that_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    # 1,000-token prompts of 100-token outputs; the prefill-first scheduler (vLLM V0 without
+    # chunked prefill) schedules whole prompts, so a budget of 512 tokens refuses every prompt.
+    argv = ["simulate", *LLAMA, "--scheduler", "prefill-first", "--json"]
+    flags = ["--num-prompts", "8", "--random-input-len", "1000", "--random-output-len", "100"]
+    flags += ["--max-num-batched-tokens", "512", "--max-model-len", "512"]
+    code, out, err = run(capsys, *argv, *flags)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["rejected"] == 8 and summary["completed"] == 0
+    assert err == (
+        "note: 8 of 8 requests rejected: 8 prompt + output over --max-model-len 512; "
+        "8 prompt over --max-num-batched-tokens 512 (prompts are scheduled whole)\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,12 @@ from inferplan.cli_speculative import SpeculativeFlags, speculative_options
 from inferplan.cli_tiers import KvTierFlags, kv_tier_options
 from inferplan.cluster import pools
 from inferplan.engine.policies import POLICIES, ROUTERS
-from inferplan.engine.session import PREEMPTION_MODES, SCHEDULERS, ServingOptions
+from inferplan.engine.session import (
+    PREEMPTION_MODES,
+    SCHEDULERS,
+    ServingOptions,
+    rejection_counts,
+)
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import (
     MAX_NUM_REQUESTS,
@@ -302,6 +307,19 @@ def simulate(
         deployment, plan, requests, options, classpool, moe_skew, percentiles, slo_ms, json_out
     )
     show(summary, json_out, simulate_tables)
+    if summary["rejected"]:
+        _note_rejections(summary, rejection_counts(plan, requests, options))
+
+
+def _note_rejections(summary: dict[str, object], at_arrival: dict[str, int]) -> None:
+    """One line on stderr when requests were refused: how many, and why (the arrival checks'
+    reasons; the rest by the admission policy), so a run that served nothing says so."""
+    reasons = [f"{n:,} {reason}" for reason, n in at_arrival.items()]
+    later = int(str(summary["rejected"])) - sum(at_arrival.values())
+    if later > 0:
+        reasons.append(f"{later:,} by the admission policy (--admission)")
+    total = f"{summary['rejected']:,} of {summary['num_requests']:,}"
+    click.echo(f"note: {total} requests rejected: {'; '.join(reasons)}", err=True)
 
 
 @app.command()

@@ -13,10 +13,12 @@ from dataclasses import dataclass, replace
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.apart import run_apart
 from inferplan.engine.replica import SchedulerConfig
+from inferplan.engine.schedulers import SCHEDULERS as SCHEDULER_KINDS
+from inferplan.engine.simsetup import arrival_rejections
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.engine.speculation import SimSpeculation
 from inferplan.errors import InferplanError
-from inferplan.memory.blockpool import FULL_ATTENTION, pool_layout
+from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, pool_layout
 from inferplan.memory.plan import MemoryPlan
 from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
@@ -209,6 +211,19 @@ def simulate(
     # preemption) are not the prefix reuse the summary reports, which keeps its keys off.
     records = replace(result.records, cached_tokens=None, prefix_queried_tokens=None)
     return replace(result, records=records, prefix_caches=[])
+
+
+def rejection_counts(
+    plan: MemoryPlan, workload: Workload, options: ServingOptions
+) -> dict[str, int]:
+    """How many requests the server refuses at arrival, per reason (``arrival_rejections``),
+    for the reasons that hold for any: what `simulate` tells a user whose run rejected some."""
+    cfg = simulation_config(plan, options)
+    sched = cfg.scheduler
+    pool = BlockPool(sched.num_blocks, sched.block_size, sched.kv_groups)
+    masks = arrival_rejections(cfg, workload, SCHEDULER_KINDS[sched.scheduler], pool)
+    counts = {reason: int(mask.sum()) for reason, mask in masks.items()}
+    return {reason: n for reason, n in counts.items() if n}
 
 
 def served_workload(

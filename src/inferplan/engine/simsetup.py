@@ -132,19 +132,35 @@ def _waiting_queue(
 def is_routed_at_arrival(
     cfg: SimulationConfig, workload: Workload, kind: type[Scheduler], pool: BlockPool
 ) -> np.ndarray:
-    """Per request: not rejected at arrival (the test ``Simulation._arrive`` applies).
-    Rejected: a prompt + output over ``max_model_len``, a prompt that can never be scheduled
-    whole (TensorRT-LLM without chunked context, a prefill-first scheduler) over the token
-    budget, as the engine refuses one, and a request whose KV can never fit the replica's pool,
-    even alone: at its largest it holds the blocks of its whole prompt + output where admission
-    reserves them (static batching, TensorRT-LLM), else of every token but the last sampled
-    one."""
+    """Per request: not rejected at arrival (the test ``Simulation._arrive`` applies), i.e.
+    none of ``arrival_rejections``' reasons holds."""
+    is_routed: np.ndarray = np.ones(workload.num_requests, dtype=bool)
+    for rejected in arrival_rejections(cfg, workload, kind, pool).values():
+        is_routed &= ~rejected
+    return is_routed
+
+
+def arrival_rejections(
+    cfg: SimulationConfig, workload: Workload, kind: type[Scheduler], pool: BlockPool
+) -> dict[str, np.ndarray]:
+    """Per reason (a line a user can act on), the requests the server refuses at arrival:
+    a prompt + output over ``max_model_len``; a request whose KV can never fit the replica's
+    pool, even alone (at its largest it holds the blocks of its whole prompt + output where
+    admission reserves them: static batching, TensorRT-LLM; else of every token but the last
+    sampled one); a prompt that can never be scheduled whole (TensorRT-LLM without chunked
+    context, a prefill-first scheduler) over the token budget. A request may have several."""
     sched = cfg.scheduler
     total = workload.input_tokens + workload.output_tokens
-    reserves_all = kind.reserves_whole_request
-    largest = last_slots(total - (0 if reserves_all else 1), cfg)  # speculation's too
-    unschedulable = pool.blocks_for(largest) > sched.num_blocks
+    largest = last_slots(total - (0 if kind.reserves_whole_request else 1), cfg)
+    reasons = {
+        f"prompt + output over --max-model-len {cfg.max_model_len:,}": total > cfg.max_model_len,
+        f"KV never fits the replica's {sched.num_blocks:,} blocks, even alone": (
+            pool.blocks_for(largest) > sched.num_blocks
+        ),
+    }
     if kind.whole_prompts:
-        unschedulable |= workload.input_tokens > sched.max_num_batched_tokens
-    is_routed: np.ndarray = ~((total > cfg.max_model_len) | unschedulable)
-    return is_routed
+        budget = f"--max-num-batched-tokens {sched.max_num_batched_tokens:,}"
+        reasons[f"prompt over {budget} (prompts are scheduled whole)"] = (
+            workload.input_tokens > sched.max_num_batched_tokens
+        )
+    return reasons
