@@ -14,6 +14,13 @@ largest size, or, where the engine does not pad, at any size that was not captur
   default follows the device's memory and TP (``specs/engines.py``). Padding on.
 - **TensorRT-LLM (PyTorch backend)**: decode-only graphs of sizes ``1..31, 32, 64, 128`` (max
   128), no padding by default (``llm_args.py`` ``CudaGraphConfig``): other sizes run eager.
+- **TensorRT-LLM's perf-overview runs** (``trtllm-bench``, v0.19 on): ``llm_options.yml`` sets
+  ``enable_padding: true`` and the sizes ``1, 2, 4, ..., 256, 384, 512, 1024, ..., 8192``
+  (``docs/source/performance/perf-overview.md``). The executor keeps the sizes up to
+  ``min(max_batch_size, max_num_tokens)`` and, when a listed size is above that cap, adds the
+  cap itself (``_torch/pyexecutor/model_engine.py`` ``_filter_cuda_graph_batch_sizes``), so
+  every decode batch the executor can form replays a graph, padded to the next size. Under
+  attention DP each rank replays its own graph of its own batch: the padding is per rank.
 
 Padded rows cost what real rows cost in the weight GEMMs (they read no KV), so a step of ``n``
 sequences is timed as ``padded`` rows for its per-sequence terms; the step-time model asks
@@ -23,6 +30,7 @@ sequences is timed as ``padded`` rows for its per-sequence terms; the step-time 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 from inferplan.perf.batch import StepBatch
@@ -30,6 +38,8 @@ from inferplan.perf.batch import StepBatch
 CUDA_GRAPH_MAX_BATCH = 512  # vLLM's largest captured decode batch by default
 
 TRTLLM_GRAPH_SIZES = (*range(1, 32), 32, 64, 128)
+# The perf overview's ``cuda_graph_config.batch_sizes`` (v0.19 to v1.2, padding on).
+TRTLLM_BENCH_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,9 @@ class CudaGraphs:
 
     sizes: tuple[int, ...]
     pads: bool = True
+    # Under DP attention each rank pads its own share of the batch (TensorRT-LLM); False: the
+    # generic rule below (no padding under DP attention).
+    pads_per_rank: bool = False
 
     @property
     def max_batch(self) -> int:
@@ -73,6 +86,18 @@ def sglang_graph_sizes(cuda_graph_max_bs: int) -> tuple[int, ...]:
     return tuple(s for s in sizes if s <= cuda_graph_max_bs)
 
 
+def trtllm_bench_graphs(
+    max_batch_size: int, max_num_tokens: int, sizes: tuple[int, ...] = TRTLLM_BENCH_GRAPH_SIZES
+) -> CudaGraphs:
+    """The padded decode graphs of a ``trtllm-bench`` run (module docstring): ``sizes`` up to
+    ``min(max_batch_size, max_num_tokens)``, and that cap when a listed size lies above it."""
+    cap = max(1, min(max_batch_size, max_num_tokens))
+    kept = [s for s in sizes if s <= cap]
+    if any(s > cap for s in sizes) and (not kept or kept[-1] != cap):
+        kept.append(cap)
+    return CudaGraphs(tuple(kept), pads=True, pads_per_rank=True)
+
+
 def engine_graphs(
     engine: str, max_num_seqs: int, max_num_batched_tokens: int, sglang_max_bs: int = 256
 ) -> CudaGraphs:
@@ -91,7 +116,8 @@ def decode_graph(
 
     Only a pure decode with graphs ``enabled`` replays a graph. ``graphs`` None is the generic
     rule: every decode batch up to ``CUDA_GRAPH_MAX_BATCH`` per DP-attention rank captured, no
-    padding. Padding applies without DP attention only (each rank's batch is its own).
+    padding. Padding applies without DP attention only (each rank's batch is its own), unless
+    the graphs pad per rank (``pads_per_rank``: each rank pads ``ceil(rows / dpa)``).
     """
     if not enabled or batch.prefill_tokens:
         return batch.num_tokens, True
@@ -100,6 +126,11 @@ def decode_graph(
     rows = batch.num_decode_tokens
     if graphs is None:
         return batch.num_tokens, rows / dpa > CUDA_GRAPH_MAX_BATCH
+    if dpa > 1 and graphs.pads_per_rank:  # each rank pads its even share
+        per_rank = graphs.graph_batch(math.ceil(rows / dpa))
+        if per_rank is None:
+            return batch.num_tokens, True
+        return max(batch.num_tokens, dpa * per_rank), False
     eager = graphs.graph_batch(rows // dpa) is None
     padded = graphs.graph_batch(rows) if dpa == 1 else None
     return (batch.num_tokens if padded is None else padded), eager

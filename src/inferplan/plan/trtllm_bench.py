@@ -1,12 +1,15 @@
 """``trtllm-bench``'s own engine limits for a published offline row: its ``max_batch_size`` and
 ``max_num_tokens`` heuristic (``tensorrt_llm/bench/build/tuning.py``), which sizes the KV cache
-from a generic multi-head formula and the checkpoint's parameter count on the reported memory."""
+from a generic multi-head formula and the checkpoint's parameter count on the reported memory,
+and the padded decode CUDA graphs its perf-overview runs configure (``perf/cudagraph.py``)."""
 
 from __future__ import annotations
 
 import math
 from functools import cache
 
+from inferplan.memory.plan import MemoryPlan
+from inferplan.perf.cudagraph import CudaGraphs, trtllm_bench_graphs
 from inferplan.plan.published import PublishedRow
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
@@ -53,3 +56,14 @@ def trtllm_bench_limits(
     else:
         max_tokens = 1024 * math.ceil(tokens / 1024)
     return max_batch, max(max_tokens, isl + max_batch)
+
+
+def bench_graphs(row: PublishedRow, plan: MemoryPlan) -> CudaGraphs | None:
+    """The decode graphs of a ``trtllm-bench`` row whose settings turn CUDA-graph padding on
+    (the PyTorch backend's perf-overview runs, v0.19 on): ``trtllm_bench_graphs`` on the run's
+    own limits. None (the generic rule: every batch up to 512 captured, no padding) for the
+    C++ engine rows, which state no graph settings, and under pipeline parallelism, whose
+    per-micro-batch graphs are not modelled."""
+    if row.settings.get("cuda_graph_padding") != "true" or plan.parallelism.pp > 1:
+        return None
+    return trtllm_bench_graphs(plan.config.max_num_seqs, plan.config.max_num_batched_tokens)
