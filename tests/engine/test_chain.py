@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from inferplan.engine import simulator as simulator_module
 from inferplan.engine.admission import AdmissionConfig
-from inferplan.engine.chain import _Chain, preemption_chain
+from inferplan.engine.chain import preemption_chain
+from inferplan.engine.chainblocks import TailBlocks
 from inferplan.engine.simulator import Simulation, SimulationResult
 
 from .test_fast_equals_exact import (
@@ -169,28 +170,42 @@ def test_chain_stays_off_where_its_victims_or_blocks_differ(
     assert sum(chains_taken) == 0
 
 
+def _check_tail_blocks(computed: np.ndarray, block: int, usable: int, steps: int) -> None:
+    """``TailBlocks``' ``G(p, j)`` and first failing step, the rows popped from the tail one by
+    one, against counting every row's blocks step by step."""
+    blocks = TailBlocks(computed, block, usable)
+    for p in range(len(computed), -1, -1):
+        assert blocks.p == p
+        held = [int(-(-(computed[:p] + j + 1) // block).sum()) for j in range(-1, steps)]
+        assert [blocks.held(j) for j in range(-1, steps)] == held
+        failing = [j for j in range(steps) if held[j + 1] > usable]
+        if p == 0:
+            assert blocks.first_failure() == math.inf
+        elif failing:
+            assert blocks.first_failure() == failing[0]
+        else:
+            assert steps <= blocks.first_failure() < math.inf
+        if p:
+            blocks.pop(int(computed[p - 1]))
+
+
 def test_first_failing_steps_match_a_step_by_step_count() -> None:
     """``G(p, j)`` and each ``p``'s first failing step against counting blocks step by step,
     on rows whose offsets in their last block differ (block size 4)."""
     rng = np.random.default_rng(0)
-    block, usable = 4, 200
     computed = rng.integers(1, 40, size=40)
+    _check_tail_blocks(computed, 4, 200, 60)
 
-    class _Stub:
-        pass
 
-    chain = _Chain.__new__(_Chain)
-    chain.r, chain.block, chain.n = _Stub(), block, len(computed)  # type: ignore[assignment]
-    chain.computed, chain.usable = computed, usable
-    chain.units = np.arange(block)
-    chain.lo, chain.fails = chain.n, []
-    chain.h_rows = chain._all_rows_h()[None, :]
-    chain._extend()
-    for p in range(len(computed), -1, -1):
-        held = [int(-(-(computed[:p] + j + 1) // block).sum()) for j in range(60)]
-        assert [chain.held(p, j) for j in range(60)] == held
-        failing = [j for j in range(60) if held[j] > usable]
-        if failing:
-            assert chain.fails_at(p) == failing[0]
-        else:
-            assert chain.fails_at(p) >= 60
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 32),
+    st.lists(st.integers(0, 300), min_size=1, max_size=24),
+    st.integers(-20, 120),
+)
+def test_tail_blocks_match_a_step_by_step_count(block: int, computed: list[int], room: int) -> None:
+    """The same from random rows, block sizes 1-32 and pools from below what the rows hold
+    (every step fails) to well above it (the first failure beyond the steps counted)."""
+    rows = np.array(computed, dtype=np.int64)
+    usable = int(-(-rows // block).sum()) + room
+    _check_tail_blocks(rows, block, usable, 3 * block + 40)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.chainblocks import TailBlocks
 from inferplan.engine.ownchain import OwnLru
 from inferplan.engine.ownstretch import steps_before_head_joins
 from inferplan.engine.schedulers import Scheduler
@@ -48,7 +49,6 @@ from inferplan.memory.ownblocks import OwnBlocks
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
-TAIL_ROWS = 16  # rows whose failing steps are computed at a time (chains pop a few)
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED, _GENERATED, _TARGET = 1, 3, 4
 
@@ -112,11 +112,7 @@ class _Chain:
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
         self.computed_sum = int(self.computed.sum())  # of the running rows, at the start
         self.left_prefix = np.minimum.accumulate(left)
-        self.units = np.arange(block)
-        self.lo = self.n  # H_p and first failing steps known for p in [lo, n]
-        self.h_rows = self._all_rows_h()[None, :]
-        self.fails: list[float] = []
-        self._extend()
+        self.blocks = TailBlocks(self.computed, block, self.usable)
         self.j, self.p, self.now = 0, self.n, r.now
         self.seg_max_itl = -math.inf  # the largest last step of the segments so far
         # Each victim's id, computed tokens, and largest last step of the segments it ran.
@@ -127,58 +123,12 @@ class _Chain:
         # Own blocks (``engine/ownchain.py``): the prefix cache's LRU list along the chain.
         self.own = OwnLru(r) if r.pool.cache is not None else None
 
-    # ---- block arithmetic -------------------------------------------------------------------
-
-    def _all_rows_h(self) -> np.ndarray:
-        """``H_n[u] = sum_i ceil((c_i + u + 1) / B) = sum_i (c_i // B + 1 + [c_i % B >= B - u])``
-        from a histogram of the rows' offsets in their last block."""
-        block, c = self.block, self.computed
-        counts = np.bincount(c % block, minlength=block)
-        at_least = np.concatenate((np.cumsum(counts[::-1])[::-1], [0]))  # [v]: offsets >= v
-        return int((c // block).sum()) + self.n + at_least[block - self.units]
-
-    def _first_failures(self, lo: int, h: np.ndarray) -> list[float]:
-        """The first chain step whose blocks ``p`` rows cannot all get, for ``p = lo, lo + 1,
-        ...`` (``h``: their ``H_p``, one row each; inf for no rows)."""
-        rows = np.arange(lo, lo + len(h))[:, None]
-        steps = np.maximum((self.usable - h) // np.maximum(rows, 1) + 1, 0) * self.block
-        fails: list[float] = (steps + self.units).min(axis=1).tolist()
-        if lo == 0:
-            fails[0] = math.inf
-        return fails
-
-    def _extend(self) -> None:
-        """``H_p`` and the first failing steps of the next ``TAIL_ROWS`` smaller ``p``."""
-        hi = self.lo
-        lo = max(hi - TAIL_ROWS, 0)
-        q = (self.computed[lo:hi, None] + self.units + self.block) // self.block
-        suffix = np.cumsum(q[::-1], axis=0)[::-1]  # [k]: rows lo + k .. hi - 1
-        h = self.h_rows[0] - suffix  # H_p for p = lo .. hi - 1
-        if not self.fails:  # the first block: p = n too
-            h = np.concatenate((h, self.h_rows))
-            self.h_rows = h
-        else:
-            self.h_rows = np.concatenate((h, self.h_rows))
-        self.fails = self._first_failures(lo, h) + self.fails
-        self.lo = lo
-
-    def fails_at(self, p: int) -> float:
-        while p < self.lo:
-            self._extend()
-        return self.fails[p - self.lo]
-
-    def held(self, p: int, j: int) -> int:
-        """``G(p, j)``: blocks the first ``p`` rows hold once chain step ``j`` has run."""
-        while p < self.lo:
-            self._extend()
-        return p * (j // self.block) + int(self.h_rows[p - self.lo][j % self.block])
-
     def is_consistent(self, preempting: bool) -> bool:
         """Each row holds exactly its KV's blocks, and if ``preempting`` the next step is a
         preemption step (the state a pool-bound stretch leaves)."""
-        if self.held(self.n, -1) != self.held_start:
+        if self.blocks.held(-1) != self.held_start:
             return False
-        return not preempting or self.fails_at(self.n) == 0
+        return not preempting or self.blocks.first_failure() == 0
 
     # ---- the chain --------------------------------------------------------------------------
 
@@ -219,7 +169,7 @@ class _Chain:
         their blocks (``Scheduler.preempt``'s records and queue push, per victim)."""
         r, j = self.r, self.j
         run = r.running
-        while self.p > 0 and self.fails_at(self.p) <= j:
+        while self.p > 0 and self.blocks.first_failure() <= j:
             row = self.p - 1
             rid = int(run.ids[row])
             computed = int(self.computed[row]) + j
@@ -230,6 +180,7 @@ class _Chain:
             self.victim_ids.append(rid)
             self.victim_computed.append(computed)
             self.victim_itl.append(self.seg_max_itl)
+            self.blocks.pop(computed - j)
             self.p = row
 
     def _context(self) -> int:
@@ -253,7 +204,7 @@ class _Chain:
         leftover = cfg.max_num_batched_tokens - p
         if leftover <= 0:
             return False
-        available = self.usable - self.held(p, self.j)
+        available = self.usable - self.blocks.held(self.j)
         if self.own is None:
             return r.scheduler.head_chunk(leftover, available) is not None
         rid, tokens = r.waiting.peek()  # vLLM v1's ``head_chunk`` with the chain's hit
@@ -271,7 +222,7 @@ class _Chain:
         k = self._left()
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / p)))
-        k_pool = int(self.fails_at(p)) - self.j
+        k_pool = int(self.blocks.first_failure()) - self.j
         if math.isfinite(next_arrival_s):
             # Capped at ``k_pool + 1``: a larger answer ends the stretch at the pool all the
             # same, and the cap usually settles the search at once.
@@ -288,7 +239,7 @@ class _Chain:
         assert own is not None
         rid = r.waiting.peek()[0]
         run_entries, known = own.head_run(rid)
-        free = self.usable - self.held(p, j - 1)
+        free = self.usable - self.blocks.held(j - 1)
         return steps_before_head_joins(
             r,
             self.computed[:p] + j,
@@ -304,14 +255,14 @@ class _Chain:
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(self.now, self.outside + self.held(n, self.j - 1))
+        r.trace.record(self.now, self.outside + self.blocks.held(self.j - 1))
         self.seg_max_itl = max(self.seg_max_itl, first + (k - 1) * step)
         r.itl.add_arithmetic(first, step, k, float(n))
         self.now += total
         self.finished = k >= self._left()
         self.j += k
         if self.own is not None:  # the free pool only fell: evict to where it ends
-            self.own.evict_to(self.usable - self.held(n, self.j - 1))
+            self.own.evict_to(self.usable - self.blocks.held(self.j - 1))
 
     def _commit(self) -> None:
         """Write the chain into the replica: the running rows' columns, the victims' largest
@@ -327,7 +278,7 @@ class _Chain:
             rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
         if self.own is not None:
             self.own.commit()
-        r.pool.free = self.usable - self.held(p, j - 1)
+        r.pool.free = self.usable - self.blocks.held(j - 1)
         r.now = self.now
         r.num_steps += j
         if self.implicit:
@@ -355,7 +306,7 @@ class _Chain:
         run.drop_tail(p)
         if j and p:
             rows.itl_mark(self.seg_max_itl)
-            rows.decode(j, self.held(p, j - 1) - rows.ceil_sum, p)
+            rows.decode(j, self.blocks.held(j - 1) - rows.ceil_sum, p)
             rows.emitted(self.now)
         if self.finished:
             r.finish(rows.finished_rows())
