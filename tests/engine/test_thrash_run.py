@@ -72,7 +72,8 @@ def _cycles(rng: np.random.Generator) -> _Cycles:
 
 def _state(c: _Cycles) -> tuple[object, ...]:
     trace = vars(c.r.trace)
-    return (c.num_steps, c.held, c.now, c.durations, c.num_cycles, c.recomputed, trace)
+    durations = c.all_durations().tolist()
+    return (c.num_steps, c.held, c.now, durations, c.num_cycles, c.recomputed, trace)
 
 
 def _arrival_on_a_step(seed: int) -> float:
@@ -86,7 +87,7 @@ def _arrival_on_a_step(seed: int) -> float:
         return math.inf
     starts: list[float] = []
     now = _cycles(np.random.default_rng(seed)).now
-    for step_s in c.durations:
+    for step_s in c.all_durations().tolist():
         starts.append(now)
         now += step_s
     at = starts[int(rng.integers(0, len(starts)))]

@@ -100,7 +100,8 @@ class _Cycles:
         self.context = int(run.num_computed.sum()) + self.n  # decode context at step 0
         self.steps_left = int((run.target - run.num_generated).min())  # to the first finish
         self.now, self.num_steps = r.now, 0
-        self.durations: list[float] = []  # every step's time, in order
+        # Every step's time, in order, as the runs and cycles gave them (``all_durations``).
+        self.durations: list[np.ndarray] = []
         self.num_cycles, self.recomputed = 0, 0
         self.lines: dict[int, tuple[float, float, float]] = {}
 
@@ -186,7 +187,7 @@ class _Cycles:
         self.held = held
         self.now = float(times[-1])
         self.num_steps += steps
-        self.durations += durations
+        self.durations.append(durations)
         self.num_cycles += num_cycles
         self.recomputed += num_cycles * (len(plan) - 1) * self.chunk
         return True
@@ -210,9 +211,13 @@ class _Cycles:
             trace.record(self.now, outside + self.held + head_blocks)
             self.now += step_s
             self.num_steps += 1
-        self.durations += durations
+        self.durations.append(np.array(durations))
         self.num_cycles += 1
         self.recomputed += (len(plan) - 1) * self.chunk
+
+    def all_durations(self) -> np.ndarray:
+        """Every step's seconds, in order."""
+        return np.concatenate(self.durations) if self.durations else np.empty(0)
 
     def commit(self) -> None:
         """Write the cycles into the replica: decoders' columns, the pool, the head's counts."""
@@ -226,8 +231,9 @@ class _Cycles:
         r.pool.free = self.usable - self.held
         run.last_token_s[:] = self.now
         ids = run.ids
-        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], max(self.durations))
-        r.itl.add_many(np.array(self.durations), float(self.n))  # every decoder, every step
+        durations = self.all_durations()
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], durations.max())
+        r.itl.add_many(durations, float(self.n))  # every decoder, every step
         rec.num_preemptions[self.head] += self.num_cycles
         rec.recomputed_tokens[self.head] += self.recomputed
         r.now = self.now

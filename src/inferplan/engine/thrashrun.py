@@ -36,7 +36,7 @@ MAX_RUN_CYCLES = 256  # candidate cycles evaluated at once (a longer run is seve
 
 # The steps of a run: (step start times and the run's end, KV blocks in use per step, step
 # seconds, cycles, the decoders' blocks after the run).
-Run = tuple[np.ndarray, np.ndarray, list[float], int, int]
+Run = tuple[np.ndarray, np.ndarray, np.ndarray, int, int]
 
 
 def cycle_run(
@@ -65,7 +65,7 @@ def cycle_run(
     steps = num_cycles * length
     outside = c.r.cfg.num_blocks - c.usable
     blocks: np.ndarray = (held[:num_cycles] + np.array(plan)).ravel() + outside
-    step_s: list[float] = durations[:num_cycles].ravel().tolist()
+    step_s: np.ndarray = durations[:num_cycles].ravel()
     return (
         times[: steps + 1],
         blocks,
