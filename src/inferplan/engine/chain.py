@@ -16,7 +16,8 @@ chain's block arithmetic comes from the rows' state at its start, in closed form
   rows is therefore ``min_u B * t_u + u`` with ``t_u = max(0, (U - H_p[u]) // p + 1)``; fewer
   rows fail later, and victims pop from the tail, so row ``p - 1`` is preempted at exactly the
   first failing step of ``p`` rows (``preempting_decode_step``'s victim count, ``num_victims``,
-  is the same test).
+  is the same test). Both come from a histogram of the rows' offsets in their last block, a
+  few integer operations per question and per victim (``engine/chainblocks.py``).
 - **Finishes.** Row ``i`` finishes at step ``r_i - 1`` (``r_i``: output tokens left) unless
   preempted first; a segment's fewest-left is a prefix minimum over the rows still running.
 
