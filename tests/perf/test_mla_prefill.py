@@ -61,8 +61,10 @@ def test_with_engine_kernels_passes_the_engine_class() -> None:
     assert with_engine_kernels(eff, "sglang", "mla").attention_compute < eff.attention_compute
 
 
-def test_vllm_fp8_and_mla_classes_share_one_factor() -> None:
-    """DeepSeek-R1's GEMMs are FP8 block-scaled: vLLM's mla class is fitted with its fp8 class
-    (scripts/fit_frontend.py TIED), so the bundled factors are equal."""
+def test_vllm_mla_and_marlin_classes_have_their_own_factors() -> None:
+    """DeepSeek-R1's block-scaled FP8 GEMMs (against the BF16 peak) and the A100 runs' Marlin
+    W8A16 are fitted apart (perf/vllm_fp8.py); vLLM's fp8 class (FP8 tensor cores) has no row,
+    so no fitted factor (it takes the others' geometric mean)."""
     factors = bundled_kernels()["vllm-v1"]
-    assert factors["fp8"] == factors["mla"]
+    assert "mla" in factors and "marlin" in factors
+    assert "fp8" not in factors

@@ -32,6 +32,10 @@ attention is thus the same FlashAttention kernel as any other model's, which the
 factor on ``gemm_compute``). Charging the factor on attention too made the long prompts'
 chunks (quadratic attention) 3x slow: DeepSeek-R1 on 8 H200, ``32000/100``, TTFT +48 %.
 
+``marlin`` is vLLM's FP8 checkpoint on a part without FP8 tensor cores (A100: Marlin W8A16),
+and vLLM's ``mla`` factor is relative to the BF16 peak, its block-scaled FP8 GEMMs' reach
+(``perf/vllm_fp8.py``).
+
 ``experts`` is vLLM's BF16 MoE class (``perf/vllm_moe.py``: its routed experts in its Triton
 fused-MoE kernel, its dense GEMMs in cuBLAS): its factor scales the experts' grouped-GEMM
 fraction (``moe_gemm``) only, and where an engine has none it is 1, as ``bf16``'s.
@@ -51,7 +55,7 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
 from inferplan.specs.model import ModelSpec
 
-KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla", "experts")
+KERNEL_CLASSES = ("bf16", "fp8", "mxfp4", "mla", "experts", "marlin")
 # Engine classes whose MLA prefill attention is FlashAttention on decompressed K/V, so the
 # ``mla`` factor leaves attention compute alone (module docstring).
 MLA_FLASH_PREFILL = ("vllm-v1",)

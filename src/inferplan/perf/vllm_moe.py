@@ -33,6 +33,7 @@ import yaml
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.vllm_fp8 import fp8_kernel_class
 from inferplan.specs.model import FfnSpec
 
 # Half the tuned kernel's rate (module docstring: vllm-project/vllm#34846's "up to 2x").
@@ -84,8 +85,11 @@ def is_untuned(plan: MemoryPlan) -> bool:
 def vllm_kernel_class(plan: MemoryPlan, kernel: str) -> str:
     """vLLM's kernel class of a run whose engine-agnostic class is ``kernel``
     (``perf/engine_kernels.py`` ``kernel_class``): ``experts`` for a BF16 model with routed
-    experts, else ``kernel``."""
-    return "experts" if kernel == "bf16" and routed_ffn(plan) is not None else kernel
+    experts, ``marlin`` for FP8 weights on a part without FP8 tensor cores
+    (``perf/vllm_fp8.py``), else ``kernel``."""
+    if kernel == "bf16" and routed_ffn(plan) is not None:
+        return "experts"
+    return fp8_kernel_class(plan, kernel)
 
 
 def with_fused_moe_configs(eff: Efficiency, plan: MemoryPlan) -> Efficiency:

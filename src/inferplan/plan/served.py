@@ -30,6 +30,7 @@ from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.perf.vllm_fp8 import with_vllm_fp8
 from inferplan.perf.vllm_moe import vllm_kernel_class, with_fused_moe_configs
 from inferplan.specs.engines import sglang_cuda_graph_max_bs
 
@@ -81,8 +82,9 @@ def served_efficiency(
 
 def with_vllm_configs(eff: Efficiency, plan: MemoryPlan, engine: str) -> Efficiency:
     """``eff`` with vLLM's fused-MoE configs as it ships them (``perf/vllm_moe.py``
-    ``with_fused_moe_configs``); other engines: ``eff`` unchanged."""
-    return with_fused_moe_configs(eff, plan) if engine == "vllm" else eff
+    ``with_fused_moe_configs``) and its block-scaled FP8 GEMMs at the BF16 rate
+    (``perf/vllm_fp8.py`` ``with_vllm_fp8``); other engines: ``eff`` unchanged."""
+    return with_vllm_fp8(with_fused_moe_configs(eff, plan), plan) if engine == "vllm" else eff
 
 
 def with_overlap_schedule(eff: Efficiency, engine: str, disabled: bool = False) -> Efficiency:
