@@ -10,6 +10,7 @@ import pytest
 
 from inferplan.engine.frontend import engine_frontend, seen_result
 from inferplan.engine.session import ServingOptions, simulate
+from inferplan.plan import cache as cache_module
 from inferplan.plan import slo
 from inferplan.plan.bounds import build_plan, step_model
 from inferplan.plan.cache import EvaluationCache
@@ -134,3 +135,36 @@ def test_cache_resumes_without_simulating(tmp_path: Path) -> None:
         third = build_output(run_search(cheaper, cache=cache), run_stress=False)
         assert cache.num_hits == first["evaluated"] + first["confirmed"]
     assert third["best"]["cost_per_hour_usd"] == first["best"]["cost_per_hour_usd"] / 2
+
+
+def test_a_changed_constants_file_or_module_changes_the_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refit edits a constants file and keeps the version: the key must not answer from
+    # evaluations made before it (found when vLLM's FP8 refit left `make demo` a stale plan).
+    package = Path(cache_module.__file__).resolve().parent.parent
+    copy = tmp_path / "inferplan"
+    for path in package.rglob("*"):
+        if path.suffix in (".py", ".yaml"):
+            target = copy / path.relative_to(package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    monkeypatch.setattr(cache_module, "__file__", str(copy / "plan" / "cache.py"))
+
+    def version() -> str:
+        cache_module.code_version.cache_clear()
+        return cache_module.code_version()
+
+    original = version()
+    assert version() == original  # the same files, the same key
+    kernels = copy / "perf" / "data" / "engine_kernels.yaml"
+    kernels.write_bytes(kernels.read_bytes() + b"\n# refit\n")
+    refit = version()
+    step = copy / "perf" / "step_seconds.py"
+    step.write_bytes(step.read_bytes() + b"\n")
+    assert len({original, refit, version()}) == 3
+    context = build_context(tiny_request())
+    monkeypatch.setattr(cache_module, "code_version", lambda: original)
+    before = cache_module.context_fingerprint(context)
+    monkeypatch.setattr(cache_module, "code_version", lambda: refit)
+    assert cache_module.context_fingerprint(context) != before

@@ -3,7 +3,9 @@
 The key is a SHA-256 of everything an evaluation depends on: the replica configuration, the
 traffic (classes, rates, lengths, SLOs, the load scale), the search's simulation settings, the
 model (its parsed spec, i.e. its config.json), the GPU's figures and efficiency constants, and
-inferplan's version. Prices, the API and the daily profile's shape (beyond its peak) are not in
+inferplan itself: its version and a hash of its code and constants files (every ``.py`` and
+``.yaml`` of the package), so a refit or a changed mechanism never answers from evaluations
+made before it. Prices, the API and the daily profile's shape (beyond its peak) are not in
 it: changing them re-prices cached evaluations without simulating again. Writes happen in the
 main process only, one transaction per evaluation, so a killed search loses at most the
 evaluations in flight.
@@ -28,6 +30,18 @@ from inferplan.specs.hardware import load_gpu
 
 
 @cache
+def code_version() -> str:
+    """A short hash of the package's code and constants (every ``.py`` and ``.yaml`` file under
+    it, by relative path and content): what predicts an evaluation besides its inputs."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@cache
 def model_version(name: str) -> str:
     """A short hash of the parsed model spec: a changed config.json changes it."""
     return hashlib.sha256(repr(load_model(name)).encode()).hexdigest()[:16]
@@ -44,6 +58,7 @@ def context_fingerprint(ctx: SearchContext) -> str:
     settings = req.search.model_dump(exclude={"batch_size", "pareto_max_cost_ratio"})
     data = {
         "inferplan": __version__,
+        "code": code_version(),
         "model": req.model,
         "model_version": model_version(req.model),
         "traffic": [c.model_dump(mode="json", by_alias=True) for c in req.traffic],
