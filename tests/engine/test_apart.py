@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from inferplan.engine import apart
+from inferplan.engine import loop_order as loop_order_module
 from inferplan.engine.apart import run_apart, runs_apart, try_apart
 from inferplan.engine.loop_order import AdvanceLog, loop_order
 from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
@@ -76,7 +77,7 @@ def test_itl_moments_need_the_loops_order() -> None:
     sim = _sim(DP_CASE)
     runs = apart._run_group(sim, list(range(len(sim.replicas))))
     assert runs is not None
-    by_replica = np.concatenate([np.full(len(run.advances.start_s), run.index) for run in runs])
+    by_replica = np.concatenate([np.full(len(run.advances), run.index) for run in runs])
     unordered = ItlHistogram()
     replay_into(
         unordered,
@@ -135,3 +136,131 @@ def test_loop_order_refuses_a_log_that_saw_other_arrivals() -> None:
     assert loop_order(arrivals, replica_of, good, same_time_s) is not None
     assert loop_order(arrivals, replica_of, [good[0], _log(10.0, 0)], same_time_s) is None
     assert loop_order(arrivals, replica_of, [good[0], _log(10.5, 1)], same_time_s) is None
+
+
+def _logs_of(case: Case) -> tuple[np.ndarray, np.ndarray, list[AdvanceLog]]:
+    """The arrivals that reach a replica and every replica's advance log, run apart."""
+    sim = _sim(case)
+    runs = apart._run_group(sim, list(range(len(sim.replicas))))
+    assert runs is not None and sim.own_arrivals is not None
+    routed = np.asarray(sim._routed_at_arrival, dtype=bool)
+    arrival_s = sim.records.dispatch_s[routed]
+    return arrival_s, sim.own_arrivals.replica_of[routed], [run.advances for run in runs]
+
+
+def test_sorting_gives_the_loops_order() -> None:
+    """The merge sort decides a real run's order (no clocks within rounding) and it is the
+    loop's, step by step."""
+    arrival_s, replica_of, logs = _logs_of(DP_CASE)
+    sorted_order = loop_order_module._by_sorting(arrival_s, replica_of, logs, same_time_s)
+    stepped = loop_order_module._step_by_step(
+        arrival_s.tolist(), replica_of.tolist(), logs, same_time_s
+    )
+    assert sorted_order is not None and stepped is not None
+    assert sorted_order.tolist() == stepped.tolist()
+    assert len(set(stepped[:8].tolist())) > 1  # the replicas interleave
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(data_parallel_sizes=(2, 3, 8)))
+def test_sorting_never_disagrees_with_the_loop(case: Case) -> None:
+    """Where the sort decides, it decides what the loop does (ties at rate inf included)."""
+    case = replace(case, router="round_robin", max_concurrency=None)
+    arrival_s, replica_of, logs = _logs_of(case)
+    decided = loop_order_module._by_sorting(arrival_s, replica_of, logs, same_time_s)
+    stepped = loop_order_module._step_by_step(
+        arrival_s.tolist(), replica_of.tolist(), logs, same_time_s
+    )
+    if decided is not None:
+        assert stepped is not None and decided.tolist() == stepped.tolist()
+
+
+def test_sorting_orders_equal_clocks_by_index_and_near_ties_as_the_loop() -> None:
+    """Equal clocks: the lowest index first, each replica's advances in its own order;
+    clocks within rounding but not equal are ordered by the loop's rule (lowest index first);
+    a log that saw other arrivals is refused by both."""
+    logs = [AdvanceLog([10.0, 11.0], [11.0, 12.0], [True, False], [1, 1]), _log(10.0, 1)]
+    args = ([10.0, 10.0], [1, 0])
+    for order_of in (loop_order_module._by_sorting, loop_order):
+        order = order_of(np.asarray(args[0]), np.asarray(args[1]), logs, same_time_s)
+        assert order is not None and order.tolist() == [0, 1, 0]
+    woken = [AdvanceLog([10.0, 20.0], [11.0, 21.0], [False, False], [1, 2]), _log(10.0, 1)]
+    arrivals = np.asarray([10.0, 10.0, 20.0])
+    order = loop_order_module._by_sorting(arrivals, np.asarray([0, 1, 0]), woken, same_time_s)
+    assert order is not None and order.tolist() == [0, 1, 0]
+    late = [AdvanceLog([10.0, 20.5], [11.0, 21.0], [False, False], [1, 2]), _log(10.0, 1)]
+    assert loop_order(arrivals, np.asarray([0, 1, 0]), late, same_time_s) is None
+    near = 10.0 + 0.5 * same_time_s(10.0)
+    near_logs = [_log(near, 1), _log(10.0, 1)]
+    near_args = (np.asarray([10.0, near]), np.asarray([1, 0]))
+    order = loop_order_module._by_sorting(*near_args, near_logs, same_time_s)
+    assert order is not None and order.tolist() == [0, 1]  # the loop's rule, in its window
+    refused = [_log(near, 1), _log(10.0, 0)]
+    assert loop_order_module._by_sorting(*near_args, refused, same_time_s) is None
+
+
+def test_sorting_routes_an_arrival_at_the_rounding_bound_first_and_wakes_at_the_later() -> None:
+    """An arrival exactly at a clock plus its rounding is routed before that advance (the
+    loop's ``<=``); an idle replica woken by an arrival older than its clock starts at its
+    clock (``max``)."""
+    bound = 10.0 + same_time_s(10.0)
+    logs = [AdvanceLog([10.0], [11.0], [False], [2])]
+    for order_of in (loop_order_module._by_sorting, loop_order):
+        order = order_of(np.asarray([10.0, bound]), np.asarray([0, 0]), logs, same_time_s)
+        assert order is not None and order.tolist() == [0]
+    woken = [AdvanceLog([10.0, 12.0], [12.0, 13.0], [False, False], [1, 2])]
+    for order_of in (loop_order_module._by_sorting, loop_order):
+        order = order_of(np.asarray([10.0, 11.0]), np.asarray([0, 0]), woken, same_time_s)
+        assert order is not None and order.tolist() == [0, 0]
+
+
+def _apart_logs(seed: int) -> tuple[np.ndarray, np.ndarray, list[AdvanceLog]]:
+    """Round-robin arrivals and each replica's log as a run apart writes it (its own arrivals
+    due within rounding routed before each advance, which stops at its next arrival), with
+    clocks on a coarse grid plus offsets below the rounding, so replicas' clocks often tie
+    within rounding without being equal."""
+    rng = np.random.default_rng(seed)
+    num_replicas, num_arrivals = int(rng.integers(2, 5)), int(rng.integers(4, 40))
+    tiny = same_time_s(1.0) * np.array([0.0, 0.0, 0.3, 0.7])
+    arrival_s = np.sort(rng.integers(0, 20, num_arrivals) * 0.5 + rng.choice(tiny, num_arrivals))
+    replica_of = np.arange(num_arrivals) % num_replicas
+    logs = []
+    for r in range(num_replicas):
+        mine = arrival_s[replica_of == r].tolist()
+        start_s, end_s, has_work, num_routed = [], [], [], []
+        clock, busy, pos = 0.0, False, 0
+        while True:
+            if pos < len(mine) and (not busy or mine[pos] <= clock + same_time_s(clock)):
+                clock, busy, pos = (clock if busy else max(clock, mine[pos])), True, pos + 1
+                continue
+            if not busy:
+                break
+            step = float(rng.integers(1, 4)) * 0.5 + float(rng.choice(tiny))
+            end = min(clock + step, mine[pos]) if pos < len(mine) else clock + step
+            busy = bool(rng.random() < 0.6)
+            start_s.append(clock)
+            end_s.append(end)
+            has_work.append(busy)
+            num_routed.append(pos)
+            clock = end
+        logs.append(AdvanceLog(start_s, end_s, has_work, num_routed))
+    return arrival_s, replica_of, logs
+
+
+def test_sorting_with_near_ties_gives_the_loops_order() -> None:
+    """Windows of clocks within rounding are ordered by the loop itself: wherever the sort
+    decides, it decides what the loop does, near ties included."""
+    decided_near_ties = 0
+    for seed in range(300):
+        arrival_s, replica_of, logs = _apart_logs(seed)
+        decided = loop_order_module._by_sorting(arrival_s, replica_of, logs, same_time_s)
+        stepped = loop_order_module._step_by_step(
+            arrival_s.tolist(), replica_of.tolist(), logs, same_time_s
+        )
+        if decided is not None:
+            assert stepped is not None and decided.tolist() == stepped.tolist(), seed
+            start = np.sort(np.concatenate([log.start_s for log in logs]))
+            decided_near_ties += bool(
+                loop_order_module._near_ties(start, loop_order_module.reach_of(start, same_time_s))
+            )
+    assert decided_near_ties >= 20

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
@@ -38,7 +38,6 @@ from inferplan.engine.replica import Replica
 from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
 from inferplan.errors import InferplanError
 from inferplan.metrics.itl_log import ItlLog, replay_into
-from inferplan.metrics.moments import Update
 from inferplan.metrics.records import RequestStatus
 
 
@@ -54,8 +53,8 @@ class ReplicaRun:
     idle_slot_steps: int
     counts: npt.NDArray[np.float64]  # ITL bin counts
     is_integral: bool
-    updates: list[Update]  # ITL moment updates in its order (``metrics/itl_log.py``)
-    update_offsets: list[int]  # the first update of each advance, and the end
+    updates: npt.NDArray[np.float64]  # ITL moment updates in its order, as rows (``ItlLog``)
+    update_offsets: npt.NDArray[np.int64]  # the first update of each advance, and the end
     advances: AdvanceLog
 
 
@@ -152,7 +151,10 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
     times: list[float] = rec.dispatch_s[ids].tolist()
     itl = ItlLog()
     replica.itl = itl
-    log = AdvanceLog([], [], [], [])
+    start_s: list[float] = []
+    end_s: list[float] = []
+    has_work: list[bool] = []
+    num_routed: list[int] = []
     offsets: list[int] = []
     pos, num = 0, len(ids)
     while True:
@@ -168,17 +170,17 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
         if not replica.has_work:
             break
         steps, now = replica.num_steps, replica.now
-        log.start_s.append(now)
-        log.num_routed.append(pos)
-        offsets.append(len(itl.log))
+        start_s.append(now)
+        num_routed.append(pos)
+        offsets.append(itl.num_updates)
         sim._advance_once(replica, times[pos] if pos < num else math.inf)
         if replica.num_steps == steps and replica.now == now and not len(replica.running):
             return None  # stuck (``Simulation._stuck``)
-        log.end_s.append(replica.now)
-        log.has_work.append(replica.has_work)
+        end_s.append(replica.now)
+        has_work.append(replica.has_work)
         replica.on_finish.clear()
     replica.running.rows.flush_itl()
-    offsets.append(len(itl.log))
+    offsets.append(itl.num_updates)
     return ReplicaRun(
         index=replica.index,
         columns=_record_rows(sim, ids),
@@ -188,9 +190,9 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
         idle_slot_steps=replica.idle_slot_steps,
         counts=itl.counts.copy(),
         is_integral=itl.is_integral,
-        updates=itl.log,
-        update_offsets=offsets,
-        advances=log,
+        updates=itl.rows(),
+        update_offsets=np.asarray(offsets, dtype=np.int64),
+        advances=AdvanceLog(start_s, end_s, has_work, num_routed),
     )
 
 
@@ -216,8 +218,8 @@ def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
         return None
     assert sim.own_arrivals is not None
     routed = np.asarray(sim._routed_at_arrival, dtype=bool)
-    arrival_s = sim.records.dispatch_s[routed].tolist()
-    replica_of = sim.own_arrivals.replica_of[routed].tolist()
+    arrival_s = sim.records.dispatch_s[routed]
+    replica_of = sim.own_arrivals.replica_of[routed]
     order = loop_order(arrival_s, replica_of, [run.advances for run in runs], same_time_s)
     if order is None:
         return None
@@ -239,12 +241,28 @@ def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
     return sim._result()
 
 
-def _updates_in_order(runs: list[ReplicaRun], order: npt.NDArray[np.int64]) -> list[Update]:
-    """Every replica's ITL updates, advance by advance in the loop's ``order``."""
-    merged: list[Update] = []
-    position = [0] * len(runs)
-    for r in order.tolist():
-        j, run = position[r], runs[r]
-        position[r] = j + 1
-        merged.extend(run.updates[run.update_offsets[j] : run.update_offsets[j + 1]])
-    return merged
+REPLAY_ADVANCES = 1 << 16  # advances whose ITL updates are gathered and folded at once
+
+
+def _updates_in_order(
+    runs: list[ReplicaRun], order: npt.NDArray[np.int64]
+) -> Iterator[npt.NDArray[np.float64]]:
+    """Every replica's ITL update rows, advance by advance in the loop's ``order``, in
+    blocks of ``REPLAY_ADVANCES`` advances (so the parent holds one block's copy at a time)."""
+    updates = np.concatenate([run.updates for run in runs])
+    base = np.cumsum([0] + [len(run.updates) for run in runs])[:-1]
+    # Per replica, its advances' first and end rows in ``updates``.
+    firsts = [start + run.update_offsets[:-1] for start, run in zip(base, runs, strict=True)]
+    ends = [start + run.update_offsets[1:] for start, run in zip(base, runs, strict=True)]
+    # The ``j``-th advance of replica ``r`` in the loop's order is its own ``j``-th.
+    first = np.empty(len(order), dtype=np.int64)
+    end = np.empty(len(order), dtype=np.int64)
+    for r in range(len(runs)):
+        mine = order == r
+        first[mine], end[mine] = firsts[r], ends[r]
+    for block in range(0, len(order), REPLAY_ADVANCES):
+        lo, hi = first[block : block + REPLAY_ADVANCES], end[block : block + REPLAY_ADVANCES]
+        sizes = hi - lo
+        starts = np.cumsum(sizes) - sizes
+        rows = np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()))
+        yield updates[rows]

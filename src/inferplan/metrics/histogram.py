@@ -37,6 +37,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.metrics.moment_rows import apply_rows
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
 from inferplan.metrics.series_bins import Series, add_series_counts, is_integral
 
@@ -279,11 +280,11 @@ class ItlHistogram:
         if len(updates) >= QUEUED_UPDATES:
             self._settled()
 
-    def queue_updates(self, updates: list[Update]) -> None:
-        """Apply moment updates made elsewhere, in order, as if this histogram's adds had
-        made them (``metrics/itl_log.py``: replicas simulated apart)."""
-        self._updates.extend(updates)
-        self._settled()
+    def apply_update_rows(self, rows: npt.NDArray[np.float64]) -> None:
+        """Apply moment updates made elsewhere, packed as rows (``metrics/moment_rows.py``),
+        in order, as if this histogram's adds had made them (``metrics/itl_log.py``: replicas
+        simulated apart)."""
+        apply_rows(self._settled(), rows)
 
     def merge(self, other: ItlHistogram) -> None:
         """Fold ``other`` into this histogram (e.g. per-replica histograms into a cluster one)."""
