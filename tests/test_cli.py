@@ -264,3 +264,13 @@ def test_prefix_caching_on_a_non_vllm_engine_is_a_one_line_error(
     )
     assert code == 2
     assert "--enable-prefix-caching" in assert_one_line_error(err)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", "or auto"), ("two", "or auto")])
+def test_sim_workers_takes_auto_or_a_count(
+    capsys: pytest.CaptureFixture[str], value: str, expected: str
+) -> None:
+    code, _, err = run(capsys, "simulate", *LLAMA8_H100[1:], "--sim-workers", value)
+    assert code == 2
+    line = assert_one_line_error(err)
+    assert "--sim-workers" in line and expected in line

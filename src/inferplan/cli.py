@@ -20,6 +20,7 @@ from inferplan.cli_checks import (
     check_output_path,
     goodput_slo,
     int_list,
+    or_auto,
     percentile_list,
 )
 from inferplan.cli_classpools import ClassPoolFlags, classpool_options
@@ -218,11 +219,12 @@ def roofline(
 @click.option("--exact", is_flag=True, help="Step every iteration (the reference mode)")
 @click.option(
     "--sim-workers",
-    type=bounded(1, MAX_SIM_WORKERS, limit="MAX_SIM_WORKERS"),
-    default=1,
+    type=or_auto(bounded(1, MAX_SIM_WORKERS, limit="MAX_SIM_WORKERS")),
+    default="auto",
     show_default=True,
     help="Processes that simulate DP replicas apart under round robin (the same output as one "
-    "process, in less wall time; other routers and options run in one process)",
+    "process, in less wall time; other routers and options run in one process). auto: one per "
+    "usable core, up to the replicas, from 20,000 requests on (engine/apart.py)",
 )
 @click.option("--metric-percentiles", default="99", show_default=True)
 @click.option("--goodput", multiple=True, help="SLO as metric:ms, e.g. --goodput ttft:500")
@@ -253,7 +255,7 @@ def simulate(
     router: str,
     runtime: str | None,
     exact: bool,
-    sim_workers: int,
+    sim_workers: int | None,
     metric_percentiles: str,
     goodput: tuple[str, ...],
     moe_skew: float,

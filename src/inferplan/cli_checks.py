@@ -93,6 +93,27 @@ class _BoundedType(click.ParamType):
         return number
 
 
+class _OrAutoType(click.ParamType):
+    """``auto`` (None: the command decides) or a value of another parameter type."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = f"auto|{inner.name}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+            return None
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as error:
+            self.fail(f"{error.message} (or auto)", param, ctx)
+
+
+def or_auto(inner: click.ParamType) -> click.ParamType:
+    """A click parameter type for ``auto`` (given as None) or a value of ``inner``."""
+    return _OrAutoType(inner)
+
+
 def bounded(
     low: float,
     high: float,

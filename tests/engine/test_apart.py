@@ -12,6 +12,7 @@ import math
 from dataclasses import fields, replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from inferplan.engine import apart
@@ -264,3 +265,16 @@ def test_sorting_with_near_ties_gives_the_loops_order() -> None:
                 loop_order_module._near_ties(start, loop_order_module.reach_of(start, same_time_s))
             )
     assert decided_near_ties >= 20
+
+
+def test_auto_workers_one_per_core_up_to_the_replicas_for_large_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--sim-workers auto``: min(cores, replicas) where replicas run apart and the run is
+    large enough; 1 for small runs and for runs that cannot go apart."""
+    monkeypatch.setattr(apart, "AUTO_MIN_REQUESTS", DP_CASE.num_requests)
+    sim = _sim(DP_CASE)  # 4 replicas, round robin
+    assert [apart.auto_workers(sim, cores) for cores in (1, 2, 16)] == [1, 2, 4]
+    assert apart.auto_workers(_sim(replace(DP_CASE, router="least_outstanding")), 16) == 1
+    monkeypatch.setattr(apart, "AUTO_MIN_REQUESTS", DP_CASE.num_requests + 1)
+    assert apart.auto_workers(sim, 16) == 1

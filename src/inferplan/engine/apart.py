@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
@@ -70,6 +71,25 @@ def runs_apart(sim: Simulation) -> bool:
         and sim.next_request == 0
         and not any(r.has_work for r in sim.replicas)
     )
+
+
+AUTO_MIN_REQUESTS = 20_000  # below this, starting workers costs about what they save
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def auto_workers(sim: Simulation, cores: int | None = None) -> int:
+    """``--sim-workers auto``: one process per usable core, up to one per replica, where the
+    replicas run apart and the run has ``AUTO_MIN_REQUESTS`` requests or more; else 1. The
+    output is the same for any count, so only the wall time depends on it."""
+    if not runs_apart(sim) or sim.workload.num_requests < AUTO_MIN_REQUESTS:
+        return 1
+    return max(1, min(len(sim.replicas), usable_cores() if cores is None else cores))
 
 
 def run_apart(

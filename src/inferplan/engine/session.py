@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from inferplan.engine.admission import AdmissionConfig
-from inferplan.engine.apart import run_apart
+from inferplan.engine.apart import auto_workers, run_apart
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.schedulers import SCHEDULERS as SCHEDULER_KINDS
 from inferplan.engine.simsetup import arrival_rejections
@@ -58,7 +58,8 @@ class ServingOptions:
     speculative: SimSpeculation | None = None
     # Processes that simulate DP replicas apart where routing is known in advance (round
     # robin; ``engine/apart.py``): the same result as one process, in less wall time.
-    sim_workers: int = 1
+    # None: ``apart.auto_workers`` decides (one per usable core for large runs).
+    sim_workers: int | None = 1
 
     @property
     def prefix_caching(self) -> bool:
@@ -201,8 +202,9 @@ def simulate(
     sim_cfg = simulation_config(plan, options)
     served = served_workload(workload, options, sim_cfg)
     sim = Simulation(served, sim_cfg, model)
-    if options.sim_workers > 1:
-        result = run_apart(sim, options.sim_workers, on_progress)
+    workers = auto_workers(sim) if options.sim_workers is None else options.sim_workers
+    if workers > 1:
+        result = run_apart(sim, workers, on_progress)
     else:
         result = sim.run(on_progress=on_progress)
     if not _rehits_own_blocks(options) or workload.prefix_hashes is not None:
