@@ -118,16 +118,20 @@ def _workload(regime: Regime, num_requests: int, max_model_len: int) -> Any:
 
 
 def measure_once(
-    name: str, num_requests: int | None = None, *, bare: bool = False, sim_workers: int = 1
+    name: str, num_requests: int | None = None, *, bare: bool = False, sim_workers: int | None = 1
 ) -> dict[str, float]:
     """Build and run one regime in this process; its wall time and this process's peak RSS
     (``bare``: the workload as generated, without ``session.served_workload``'s own blocks;
     ``sim_workers`` > 1: replicas apart in that many processes, ``engine/apart.py``, whose CPU
-    seconds and peak RSS are reported beside this process's)."""
+    seconds and peak RSS are reported beside this process's; None: ``apart.auto_workers``).
+    Beside the run: the CPU seconds of generating the workload and of summarising the result
+    (``metrics.summary.summarize``, as ``inferplan simulate`` does, without the front end)."""
     from inferplan.cli_flags import build_memory_plan
-    from inferplan.engine.apart import run_apart
+    from inferplan.engine.apart import auto_workers, run_apart
     from inferplan.engine.session import ServingOptions, served_workload, simulation_config
     from inferplan.engine.simulator import Simulation
+    from inferplan.metrics.steptrace import combine_usage
+    from inferplan.metrics.summary import summarize
     from inferplan.perf.factory import build_step_model
 
     regime = REGIMES[name]
@@ -137,7 +141,9 @@ def measure_once(
         0.9, regime.max_num_batched_tokens, regime.max_num_seqs, None, dp=regime.dp,
     )  # fmt: skip
     model = build_step_model(plan)
+    workload_cpu = time.process_time()
     workload = _workload(regime, num, plan.max_model_len)
+    workload_cpu_s = time.process_time() - workload_cpu
     options = ServingOptions(data_parallel_size=regime.dp)
     cfg = simulation_config(plan, options)
     if not bare:  # what ``inferplan simulate`` runs: vLLM v1's own blocks included
@@ -145,9 +151,17 @@ def measure_once(
     start, start_cpu = time.perf_counter(), time.process_time()
     children_before = _children_cpu_s()
     sim = Simulation(workload, cfg, model)
-    res = sim.run() if sim_workers == 1 else run_apart(sim, sim_workers)
+    workers = auto_workers(sim) if sim_workers is None else sim_workers
+    res = sim.run() if workers == 1 else run_apart(sim, workers)
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    summary_cpu = time.process_time()
+    usage = combine_usage([u for u in (t.summary() for t in res.traces) if u is not None])
+    summarize(res.records, res.itl, duration_s=res.duration_s, kv_usage=usage)
+    summary_cpu_s = time.process_time() - summary_cpu
     return {
+        "sim_workers": float(workers),
+        "workload_cpu_s": workload_cpu_s,
+        "summary_cpu_s": summary_cpu_s,
         "wall_s": wall_s,
         "cpu_s": cpu_s,
         "workers_cpu_s": _children_cpu_s() - children_before,
@@ -203,13 +217,12 @@ if __name__ == "__main__":
         "--bare", action="store_true", help="the workload as generated, without own blocks"
     )
     parser.add_argument(
-        "--sim-workers", type=int, default=1, help="replicas apart in N processes (--one)"
+        "--sim-workers", default="1", help="replicas apart in N processes, or auto (--one)"
     )
     args = parser.parse_args()
     if args.one:
-        result = measure_once(
-            args.one, args.num_requests, bare=args.bare, sim_workers=args.sim_workers
-        )
+        workers = None if args.sim_workers == "auto" else int(args.sim_workers)
+        result = measure_once(args.one, args.num_requests, bare=args.bare, sim_workers=workers)
         print(json.dumps(result))
     else:
         print(json.dumps(main(args.repeats, args.num_requests, args.bare), indent=2))
