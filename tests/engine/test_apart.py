@@ -249,8 +249,9 @@ def _apart_logs(seed: int) -> tuple[np.ndarray, np.ndarray, list[AdvanceLog]]:
 
 
 def test_sorting_with_near_ties_gives_the_loops_order() -> None:
-    """Windows of clocks within rounding are ordered by the loop itself: wherever the sort
-    decides, it decides what the loop does, near ties included."""
+    """Windows of clocks within rounding are ordered by the loop itself: the sort decides
+    every case the loop accepts (none falls back to the loop's seconds), and what the loop
+    does, near ties included."""
     decided_near_ties = 0
     for seed in range(300):
         arrival_s, replica_of, logs = _apart_logs(seed)
@@ -258,8 +259,9 @@ def test_sorting_with_near_ties_gives_the_loops_order() -> None:
         stepped = loop_order_module._step_by_step(
             arrival_s.tolist(), replica_of.tolist(), logs, same_time_s
         )
-        if decided is not None:
-            assert stepped is not None and decided.tolist() == stepped.tolist(), seed
+        assert (decided is None) == (stepped is None), seed
+        if decided is not None and stepped is not None:
+            assert decided.tolist() == stepped.tolist(), seed
             start = np.sort(np.concatenate([log.start_s for log in logs]))
             decided_near_ties += bool(
                 loop_order_module._near_ties(start, loop_order_module.reach_of(start, same_time_s))
@@ -278,3 +280,22 @@ def test_auto_workers_one_per_core_up_to_the_replicas_for_large_runs(
     assert apart.auto_workers(_sim(replace(DP_CASE, router="least_outstanding")), 16) == 1
     monkeypatch.setattr(apart, "AUTO_MIN_REQUESTS", DP_CASE.num_requests + 1)
     assert apart.auto_workers(sim, 16) == 1
+
+
+def test_sorting_resumes_the_loop_with_a_replica_woken_before_a_near_tie() -> None:
+    """Replica 0's first advance runs past its next arrival (11 s) and idles at 12 s + a
+    little; the arrival wakes it there before replica 1's clock (12 s) comes up, within
+    rounding of it: the loop runs replica 0 first (the lowest index), which the window of
+    the near tie must know to be awake."""
+    later = 12.0 + 0.5 * same_time_s(12.0)
+    logs = [
+        AdvanceLog([10.0, later], [later, 13.0], [False, False], [1, 2]),
+        AdvanceLog([11.0, 12.0], [11.5, 13.0], [False, False], [1, 2]),
+    ]
+    arrival_s, replica_of = np.asarray([10.0, 11.0, 11.0, 12.0]), np.asarray([0, 1, 0, 1])
+    stepped = loop_order_module._step_by_step(
+        arrival_s.tolist(), replica_of.tolist(), logs, same_time_s
+    )
+    assert stepped is not None and stepped.tolist() == [0, 1, 0, 1]
+    decided = loop_order_module._by_sorting(arrival_s, replica_of, logs, same_time_s)
+    assert decided is not None and decided.tolist() == [0, 1, 0, 1]

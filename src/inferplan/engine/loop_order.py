@@ -98,7 +98,9 @@ def _by_sorting(
     order = replica[merged]
     in_window = np.zeros(len(order), dtype=bool)
     for first, end in _near_ties(clock, reach):
-        window = _Loop.resumed(arrival_s, replica_of, logs, order[:first], taken_before, first)
+        window = _Loop.resumed(
+            arrival_s, replica_of, logs, order[:first], taken_before, first, end - first
+        )
         stepped = window.advance(end - first, same_time_s)
         if stepped is None or not np.array_equal(
             np.bincount(stepped, minlength=len(logs)),
@@ -178,6 +180,10 @@ def _log_agrees(
     return bool(np.array_equal(expected, log.start_s))
 
 
+def _columns(log: AdvanceLog) -> tuple[npt.NDArray[Any], ...]:
+    return log.start_s, log.end_s, log.has_work, log.num_routed
+
+
 def _step_by_step(
     arrival_s: list[float],
     replica_of: list[int],
@@ -195,20 +201,30 @@ def _step_by_step(
 class _Loop:
     """``Simulation.run``'s choices on logged clocks: per replica its clock (inf without
     work), the clock plus rounding, its clock with or without work, the arrivals routed to
-    it and its next advance in its log; and the next arrival."""
+    it and its next advance in its log; and the next arrival. It holds the logs from each
+    replica's advance ``base[r]`` on, and the arrivals still to come."""
 
-    def __init__(self, arrival_s: list[float], replica_of: list[int], logs: list[AdvanceLog]):
+    def __init__(
+        self,
+        arrival_s: list[float],
+        replica_of: list[int],
+        logs: list[AdvanceLog],
+        base: list[int] | None = None,
+    ) -> None:
         num = len(logs)
+        self.base = [0] * num if base is None else base
         self.arrival_s, self.replica_of = arrival_s, replica_of
-        self.starts = [log.start_s.tolist() for log in logs]
-        self.ends = [log.end_s.tolist() for log in logs]
-        self.has_work = [log.has_work.tolist() for log in logs]
-        self.num_routed = [log.num_routed.tolist() for log in logs]
+        self.starts = [log.start_s[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
+        self.ends = [log.end_s[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
+        self.has_work = [log.has_work[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
+        self.num_routed = [
+            log.num_routed[b:].tolist() for b, log in zip(self.base, logs, strict=True)
+        ]
         self.clocks = [math.inf] * num
         self.reach = [math.inf] * num
         self.now = [0.0] * num
         self.routed = [0] * num
-        self.position = [0] * num
+        self.position = list(self.base)
         self.next_request = 0
 
     @classmethod
@@ -220,24 +236,34 @@ class _Loop:
         done: npt.NDArray[np.int64],
         taken_before: npt.NDArray[np.int64],
         num_done: int,
+        num_next: int,
     ) -> _Loop:
         """The loop after the advances ``done`` (replicas, in order) and the arrivals taken
-        before the ``num_done``-th advance."""
-        loop = cls(arrival_s.tolist(), replica_of.tolist(), logs)
+        before the ``num_done``-th advance, holding what its next ``num_next`` advances read:
+        each replica's next ``num_next`` advances and the arrivals taken before the advance
+        after them (later ones come after every advance it runs)."""
         taken = int(np.searchsorted(taken_before, num_done, side="left"))
-        loop.next_request = taken
+        upto = int(np.searchsorted(taken_before, num_done + num_next, side="right"))
+        counts = np.bincount(done, minlength=len(logs)).tolist()
+        window = [
+            AdvanceLog(*(column[: count + num_next] for column in _columns(log)))
+            for count, log in zip(counts, logs, strict=True)
+        ]
+        loop = cls(arrival_s[taken:upto].tolist(), replica_of[taken:upto].tolist(), window, counts)
         routed = np.bincount(replica_of[:taken], minlength=len(logs)).tolist()
-        for r, count in enumerate(np.bincount(done, minlength=len(logs)).tolist()):
-            loop.position[r], loop.routed[r] = count, routed[r]
+        for r, count in enumerate(counts):
+            loop.routed[r] = routed[r]
+            log = logs[r]
             if count:
-                loop.now[r] = loop.ends[r][count - 1]
-                if loop.has_work[r][count - 1]:
+                loop.now[r] = float(log.end_s[count - 1])
+                if log.has_work[count - 1]:
                     loop.clocks[r] = loop.now[r]
-            seen = loop.num_routed[r][count - 1] if count else 0
-            if loop.clocks[r] == math.inf and routed[r] > seen and count < len(logs[r]):
-                # Woken since: at its next logged start, which ``_log_agrees`` checks is the
-                # later of its clock and the arrival that woke it.
-                loop.clocks[r] = loop.starts[r][count]
+            seen = int(log.num_routed[count - 1]) if count else 0
+            if loop.clocks[r] == math.inf and routed[r] > seen and count < len(log):
+                # Woken since (an arrival its last advance ran past): at its next logged
+                # start, which ``_log_agrees`` checks is the later of its clock and the
+                # arrival's.
+                loop.clocks[r] = float(log.start_s[count])
         return loop
 
     def advance(
@@ -274,14 +300,15 @@ class _Loop:
                 routed[replica] += 1
                 continue
             j = position[chosen]
-            if j >= len(self.starts[chosen]) or self.num_routed[chosen][j] != routed[chosen]:
+            k = j - self.base[chosen]
+            if k >= len(self.starts[chosen]) or self.num_routed[chosen][k] != routed[chosen]:
                 return None
-            if self.starts[chosen][j] != clocks[chosen]:
+            if self.starts[chosen][k] != clocks[chosen]:
                 return None
             position[chosen] = j + 1
             order.append(chosen)
-            now[chosen] = end = self.ends[chosen][j]
-            work = self.has_work[chosen][j]
+            now[chosen] = end = self.ends[chosen][k]
+            work = self.has_work[chosen][k]
             clocks[chosen] = end if work else math.inf
             reach[chosen] = end + same_time_s(end) if work else math.inf
         return np.asarray(order, dtype=np.int64)
