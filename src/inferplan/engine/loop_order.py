@@ -97,9 +97,18 @@ def _by_sorting(
         return None
     order = replica[merged]
     in_window = np.zeros(len(order), dtype=bool)
+    # Per replica, its advances done and its arrivals taken before the window: counted on
+    # from the last window, so that many windows cost one pass over the run, not one each.
+    done, routed = np.zeros(len(logs), dtype=np.int64), np.zeros(len(logs), dtype=np.int64)
+    counted_done = counted_taken = 0
     for first, end in _near_ties(clock, reach):
+        taken = int(np.searchsorted(taken_before, first, side="left"))
+        done += np.bincount(order[counted_done:first], minlength=len(logs))
+        routed += np.bincount(replica_of[counted_taken:taken], minlength=len(logs))
+        counted_done, counted_taken = first, taken
+        upto = int(np.searchsorted(taken_before, end, side="right"))
         window = _Loop.resumed(
-            arrival_s, replica_of, logs, order[:first], taken_before, first, end - first
+            arrival_s[taken:upto], replica_of[taken:upto], logs, done, routed, end - first
         )
         stepped = window.advance(end - first, same_time_s)
         if stepped is None or not np.array_equal(
@@ -234,25 +243,21 @@ class _Loop:
         replica_of: npt.NDArray[np.int64],
         logs: list[AdvanceLog],
         done: npt.NDArray[np.int64],
-        taken_before: npt.NDArray[np.int64],
-        num_done: int,
+        routed: npt.NDArray[np.int64],
         num_next: int,
     ) -> _Loop:
-        """The loop after the advances ``done`` (replicas, in order) and the arrivals taken
-        before the ``num_done``-th advance, holding what its next ``num_next`` advances read:
-        each replica's next ``num_next`` advances and the arrivals taken before the advance
-        after them (later ones come after every advance it runs)."""
-        taken = int(np.searchsorted(taken_before, num_done, side="left"))
-        upto = int(np.searchsorted(taken_before, num_done + num_next, side="right"))
-        counts = np.bincount(done, minlength=len(logs)).tolist()
+        """The loop after each replica's first ``done`` advances with ``routed`` arrivals
+        routed to it, holding what its next ``num_next`` advances read: each replica's next
+        ``num_next`` advances, and the arrivals still to come before the advance after them
+        (``arrival_s``, ``replica_of``; later ones come after every advance it runs)."""
+        counts = done.tolist()
         window = [
             AdvanceLog(*(column[: count + num_next] for column in _columns(log)))
             for count, log in zip(counts, logs, strict=True)
         ]
-        loop = cls(arrival_s[taken:upto].tolist(), replica_of[taken:upto].tolist(), window, counts)
-        routed = np.bincount(replica_of[:taken], minlength=len(logs)).tolist()
+        loop = cls(arrival_s.tolist(), replica_of.tolist(), window, counts)
         for r, count in enumerate(counts):
-            loop.routed[r] = routed[r]
+            loop.routed[r] = int(routed[r])
             log = logs[r]
             if count:
                 loop.now[r] = float(log.end_s[count - 1])
