@@ -312,7 +312,7 @@ class ImplicitRows:
         """Rows ``[first_row, n)`` read only the log's entries from now on."""
         size = self.run._size
         if size == first_row + 1:  # one row (an admission step's usual): a scalar write
-            self.run._ints[_ITL_FROM, first_row] = self.itl_length
+            self.run._flat[_ITL_FROM * self.run._capacity + first_row] = self.itl_length
         else:
             self.run._ints[_ITL_FROM, first_row:size] = self.itl_length
 

@@ -39,7 +39,11 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     chunks: list[int] = []
     appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
     run.appended = appended
-    r.scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
+    scheduler = r.scheduler
+    if r.stretches.asked_at == (r.num_steps, r.now):  # ``can_stretch`` asked at this step's start
+        scheduler.step_fit = scheduler.joins  # its head's admission test, for the waiting pass
+    scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
+    scheduler.step_fit = None
     run.appended = None
     r._decoding = None
     if n == 0 and not chunks:
@@ -60,8 +64,8 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
     if size > n:  # admitted rows: computed = end; tokens and generated + 1 cancel the lag's + 1
         stored = [end - lag - 1 for end in ends]
-        if size == n + 1:  # the usual single admission: a scalar write
-            ints[_COMPUTED, n] = stored[0]
+        if size == n + 1:  # the usual single admission: a scalar write (a flat buffer's)
+            run._flat[_COMPUTED * run._capacity + n] = stored[0]
         else:
             ints[_COMPUTED, n:size] = stored
         block = rows.block

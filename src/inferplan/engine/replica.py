@@ -215,7 +215,7 @@ class Replica:
             self.idle_slot_steps += (self.batch_slots - len(self.running)) * steps
 
     def add_request(self, request_id: int) -> None:
-        self.waiting.push(request_id, num_tokens=int(self.prompt_tokens[request_id]))
+        self.waiting.push(request_id, num_tokens=int(self.prompt_tokens.item(request_id)))
 
     # ---- one step ---------------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ class RunningSet:
     _size: int
     _ints: npt.NDArray[np.int64]  # (column, row): the int columns, in ``_INT_COLUMNS`` order
     _times: FloatArray
+    _capacity: int  # rows the buffers hold
+    _flat: memoryview  # ``_ints`` flat: column ``c``, row ``r`` at ``c * _capacity + r``
 
     def __init__(
         self, capacity: int = 64, block_size: int = 0, max_itl_s: FloatArray | None = None
@@ -120,9 +122,14 @@ class RunningSet:
         return self._ints[4, : self._size]
 
     def _set_buffers(self, ints: np.ndarray, times: np.ndarray) -> None:
-        """Adopt new buffers (and their rows, each a column's 1-D buffer)."""
+        """Adopt new buffers (and their rows, each a column's 1-D buffer). ``_flat`` views
+        ``_ints``' memory as a flat buffer (``_ints[c, row]`` is ``_flat[c * _capacity +
+        row]``): a value read or written through it is a Python int, without a numpy scalar
+        or index (``append``, ``stored_row``; the same values)."""
         fields = self.__dict__
         fields["_ints"], fields["_times"] = ints, times
+        fields["_capacity"] = ints.shape[1]
+        fields["_flat"] = ints.reshape(-1).data
 
     def __len__(self) -> int:
         return self._size
@@ -154,7 +161,9 @@ class RunningSet:
             held_blocks,
             self.rows.itl_length,
         )
-        self._ints[:, row] = stored
+        flat, capacity = self._flat, self._capacity
+        for column, value in enumerate(stored):
+            flat[column * capacity + row] = value
         self._times[row] = last_token_s
         if self.appended is not None:
             self.appended.append(stored)
@@ -198,11 +207,14 @@ class RunningSet:
     def drop_row(self, row: int, stored: list[int] | None = None) -> None:
         """Drop one row, shifting the rows after it down (the implicit state follows;
         ``stored``: its int columns as Python ints, where the caller read them)."""
-        size = self._size
-        self.rows.leave(row, stored)
+        size, rows = self._size, self.rows
+        # Token times all pending (every row emitted at ``rows.time_s``): nothing to shift.
+        times_pending = rows.time_rows >= size
+        rows.leave(row, stored)
         if row < size - 1:
             self._ints[:, row : size - 1] = self._ints[:, row + 1 : size]
-            self._times[row : size - 1] = self._times[row + 1 : size]
+            if not times_pending:
+                self._times[row : size - 1] = self._times[row + 1 : size]
         self._resize(size - 1)
 
     def row_values(self, row: int) -> list[int]:
@@ -213,7 +225,7 @@ class RunningSet:
     def stored_row(self, row: int) -> list[int]:
         """One row's int columns as stored (the decode columns minus the pending lag), as
         Python ints: for ``ImplicitRows.row_values`` and ``drop_row``."""
-        stored: list[int] = self._ints[:, row].tolist()
+        stored: list[int] = self._flat[row :: self._capacity].tolist()
         return stored
 
     def pop(self, row: int) -> tuple[int, int, int, int]:

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.int64]
 Swapped = deque[tuple[int, int, int, int]]  # id, computed, tokens, held blocks
+# The queue head's admission test's answer (``Scheduler._head_fit``): rid, tokens, budget,
+# available blocks, the prefix cache's cached-free blocks, chunk, prefix hit.
+HeadFit = tuple[int, int, int, int, int, int, int]
 
 
 @dataclass
@@ -88,6 +91,11 @@ class Scheduler:
     # Speculative decoding (``engine/speculation.py``), set by the replica: a decoding row is
     # scheduled for its ``k`` drafts too, and a running row's blocks cover ``k`` lookahead slots.
     spec: SpecDecode | None = None
+    # ``head_can_join``'s yes (``_head_fit``'s answer), or None; ``step_fit``: set to it by the
+    # vector step (``implicit_step.py``) where no step ran since, for its waiting pass to take
+    # instead of asking again (``admit_waiting``), and None everywhere else.
+    joins: HeadFit | None = None
+    step_fit: HeadFit | None = None
 
     def __init__(
         self,
@@ -144,9 +152,9 @@ class Scheduler:
         if cache is None:
             return 0, 0, 0
         entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        hashed = int(self.prompt_tokens[rid])  # + the output where hashes cover it (sessions)
+        hashed = self.prompt_tokens.item(rid)  # + the output where hashes cover it (sessions)
         if cache.covers_output:
-            hashed += int(self.target_tokens[rid])
+            hashed += self.target_tokens.item(rid)
         max_entries = min(hashed, tokens - 1) // entry_tokens
         if max_entries <= 0:
             return 0, 0, max_entries
@@ -206,7 +214,15 @@ class Scheduler:
 
     def head_chunk(self, budget: int, available: int) -> int | None:
         """The queue head's first chunk if it can be admitted with ``budget`` tokens and
-        ``available`` blocks, else None: THE admission test."""
+        ``available`` blocks, else None: THE admission test (``_head_fit``)."""
+        fit = self._head_fit(budget, available)
+        return None if fit is None else fit[5]
+
+    def _head_fit(self, budget: int, available: int) -> HeadFit | None:
+        """``head_chunk``'s test with what it learnt: (rid, tokens, budget, available, the
+        prefix cache's cached-free blocks, chunk, prefix hit), or None where the head waits.
+        Without a step, only an eviction, a release or an admission changes a hit, and each
+        changes the cached-free blocks (``admit_waiting`` compares them)."""
         rid, tokens = self.waiting.peek()
         if self.offload is not None and self.offload.holds_back(rid):
             return None  # backpressure: the KV link is saturated
@@ -216,12 +232,12 @@ class Scheduler:
         chunk = min(tokens - hit, budget)
         blocks = self.admission_blocks(rid, tokens, hit + chunk) - shared
         if self.admission is not None:
-            return (
-                chunk
-                if self.admission.admits(self.running, rid, tokens, blocks, available)
-                else None
-            )
-        return chunk if blocks <= available else None
+            if not self.admission.admits(self.running, rid, tokens, blocks, available):
+                return None
+        elif blocks > available:
+            return None
+        cache = self.pool.cache
+        return rid, tokens, budget, available, 0 if cache is None else cache.lru_blocks, chunk, hit
 
     def swapped_head_fits(self, budget: int, available: int) -> bool:
         """The first swapped-out request can come back with ``budget`` tokens and
@@ -233,16 +249,19 @@ class Scheduler:
     def head_can_join(self) -> bool:
         """Whether a swapped-out request or the queue head could join the current all-decode
         batch at its next step (the closed-form stretch runs only while neither can)."""
-        run = self.running
-        if not (self.swapped or len(self.waiting)) or len(run) >= self.cfg.max_num_seqs:
+        n, queued = self.running._size, self.waiting.tokens  # the sizes, without ``__len__``
+        if not (self.swapped or queued) or n >= self.cfg.max_num_seqs:
             return False
-        leftover = self.cfg.max_num_batched_tokens - len(run)
+        leftover = self.cfg.max_num_batched_tokens - n
         if leftover <= 0:
             return False
         available = self.available_blocks(after_decode_step=True)
         if self.swapped and self.swapped_head_fits(leftover, available):
             return True
-        return bool(len(self.waiting)) and self.head_chunk(leftover, available) is not None
+        if not queued:
+            return False
+        self.joins = self._head_fit(leftover, available)  # kept for the step that follows
+        return self.joins is not None
 
     def steps_to_scheduling_point(self) -> int | None:
         """Decode steps before the scheduler next looks at the queue (None: every step)."""
@@ -254,26 +273,43 @@ class Scheduler:
     def admit_waiting(self, budget: int, sched: list[int], now: float) -> None:
         """The waiting pass over the queue: admit its head while the budget lasts,
         ``max_num_seqs`` allows and ``head_chunk`` says it fits; append each chunk to
-        ``sched``."""
-        run, waiting = self.running, self.waiting
+        ``sched``. ``step_fit`` (``head_can_join``'s answer where no step ran since) is taken
+        for the head if the head, budget, blocks and cache are still its own."""
+        run, waiting, cache = self.running, self.waiting, self.pool.cache
+        fit, self.step_fit = self.step_fit, None
         waiting.age(now)
-        while len(waiting) and len(run) < self.cfg.max_num_seqs and budget > 0:
-            chunk = self.head_chunk(budget, self.available_blocks())
-            if chunk is None:
-                break
-            rid, tokens = waiting.peek()
+        max_num_seqs = self.cfg.max_num_seqs
+        # ``len(waiting)`` and ``len(run)`` without their ``__len__`` calls
+        while waiting.tokens and run._size < max_num_seqs and budget > 0:
+            available = self.available_blocks()
+            if (
+                fit is None
+                or fit[:2] != waiting.peek()
+                or fit[2] != budget
+                or fit[3] != available
+                or fit[4] != (0 if cache is None else cache.lru_blocks)
+            ):
+                fit = self._head_fit(budget, available)
+                if fit is None:
+                    break
+            rid, tokens, _, _, _, chunk, hit = fit
+            fit = None
             waiting.pop()
-            if not self.admit_popped(rid, tokens, chunk, now):
+            if not self.admit_popped(rid, tokens, chunk, now, hit):
                 continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
 
-    def admit_popped(self, rid: int, tokens: int, chunk: int, now: float) -> bool:
+    def admit_popped(
+        self, rid: int, tokens: int, chunk: int, now: float, hit: int | None = None
+    ) -> bool:
         """Give the request just taken off the queue its blocks (prefix hit + first ``chunk``)
         and append it to the running set; False where it waits off the batch for KV coming
-        back from a tier (``engine/offload.py``)."""
+        back from a tier (``engine/offload.py``). ``hit``: its prefix hit where the admission
+        test has just found it (only the queue's pop since)."""
         pool = self.pool
-        hit, _ = self.prefix_hit(rid, tokens)
+        if hit is None:
+            hit, _ = self.prefix_hit(rid, tokens)
         held = pool.blocks_for_one(hit + chunk)
         if self.offload is not None and rid in self.offload.stored:
             self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
@@ -286,13 +322,14 @@ class Scheduler:
             if in_hbm is None:
                 return False  # the rest of its prefix comes back from a tier: it waits
             pool.free -= held - in_hbm * pool.cache.entry_blocks
-            end = min(hit + chunk, int(self.prompt_tokens[rid]))
+            end = min(hit + chunk, self.prompt_tokens.item(rid))
             pool.cache.register(rid, end // entry_tokens)
             pool.cache.evict_to(pool.free)
-        if math.isnan(self.records.first_scheduled_s[rid]):
-            self.records.first_scheduled_s[rid] = now
-        generated = int(tokens - self.prompt_tokens[rid])
-        self.running.append(rid, hit, tokens, generated, int(self.target_tokens[rid]), held, now)
+        first_scheduled_s = self.records.first_scheduled_s
+        if math.isnan(first_scheduled_s.item(rid)):  # ``item``: a Python float, no numpy scalar
+            first_scheduled_s[rid] = now
+        generated = int(tokens - self.prompt_tokens.item(rid))
+        self.running.append(rid, hit, tokens, generated, self.target_tokens.item(rid), held, now)
         return True
 
     def _reload(self, rid: int, tokens: int, hit: int, held: int) -> None:

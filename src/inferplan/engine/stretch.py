@@ -34,6 +34,9 @@ class DecodeStretches:
         # left), keyed by the replica's (steps, clock, batch size): ``advance_decode`` of the
         # same state reuses it instead of reducing the columns again.
         self._known: tuple[int, float, int, int, int] | None = None
+        # (steps, clock) of the last ``can_stretch`` that asked the scheduler: its
+        # ``Scheduler.joins`` holds for a step that starts there (``implicit_step.py``).
+        self.asked_at: tuple[int, float] | None = None
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
@@ -42,7 +45,13 @@ class DecodeStretches:
         n = r.running._size
         if n == 0 or n > r.cfg.max_num_batched_tokens:
             return False
-        return r.is_decoding() and not r.scheduler.head_can_join()
+        decoding = r._decoding  # ``is_decoding``, its cached answer without the call
+        if not (r.is_decoding() if decoding is None else decoding):
+            return False
+        scheduler = r.scheduler
+        scheduler.joins = None  # set by vLLM v1's ``head_can_join`` only (its subclasses' too)
+        self.asked_at = (r.num_steps, r.now)
+        return not scheduler.head_can_join()
 
     def stretch(self, next_arrival_s: float) -> tuple[int, bool]:
         """``stretch_steps`` and ``advance_decode`` of its ``k`` steps in one pass (what the
@@ -132,7 +141,7 @@ class DecodeStretches:
         order) that the rest of the pool cannot cover fails."""
         r = self.replica
         run, pool, block = r.running, r.pool, r.cfg.block_size
-        free, n = pool.free if free is None else free, len(run)
+        free, n = pool.free if free is None else free, run._size
         if pool.is_uniform:  # every crossing costs one block: a partial sort finds it
             full_rounds = (free // n) * block
             if full_rounds >= k:
