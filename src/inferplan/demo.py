@@ -14,10 +14,10 @@
    early. The cap stops new batches of estimates only: the Pareto-front members found by then
    are still fleet-confirmed and the best plan stress-tested at 1.2x, which is most of the
    demo's time (on 2026-12-01, night, main 261ac7e, a shared 2-core machine beside a test run:
-   ``make demo`` on a fresh clone took 59 s of wall time with its setup; the plan step simulated
-   8 configurations and answered 2 x B200 bf16 at $10.40/h: vLLM's FP8 GEMMs were refitted
-   slower that night, so 2 x H100 tp2 fp8, $10.00/h before, no longer meets the reasoning
-   class's p99 E2EL, ``docs/validation.md`` "Where it stands"). Without the cap the full
+   ``make demo`` on a fresh clone took 59 s of wall time with its setup). On 2026-12-02 (main
+   6f0f817, after ``vllm4``'s FP8 kernel classes) the plan step answers 2 x H100 tp2 fp8 at
+   $10.00/h (2 x B200 bf16 at $10.40/h the night before, when vLLM's FP8 GEMMs sat at their
+   fitted floor; ``docs/validation.md`` "Where it stands"). Without the cap the full
    search takes minutes (``docs/planning.md``: 1,125 s wall on a loaded machine); its
    evaluations are cached in ``.inferplan-cache/``, so a second demo run goes further.
 """
