@@ -299,3 +299,20 @@ def test_sorting_resumes_the_loop_with_a_replica_woken_before_a_near_tie() -> No
     assert stepped is not None and stepped.tolist() == [0, 1, 0, 1]
     decided = loop_order_module._by_sorting(arrival_s, replica_of, logs, same_time_s)
     assert decided is not None and decided.tolist() == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_counts_every_finished_request_once(
+    workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Workers count finishes in a shared counter (every PROGRESS_EVERY; one here) that the
+    # parent passes on while it waits; the rest comes at the end: never a request twice.
+    monkeypatch.setattr(apart, "PROGRESS_EVERY", 1)
+    calls: list[int] = []
+    sim = _sim(DP_CASE)
+    result = run_apart(sim, workers, calls.append)
+    done = int((result.records.status == 0).sum())
+    assert done > 1 and sum(calls) == sim.num_done
+    assert all(n > 0 for n in calls)
+    if workers == 1:  # in this process: told as they finish, not once at the end
+        assert len(calls) > 1

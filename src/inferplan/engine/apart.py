@@ -27,7 +27,7 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -97,73 +97,121 @@ def run_apart(
 ) -> SimulationResult:
     """``sim.run()``'s result, with groups of replicas run apart in ``workers`` processes
     (in this process when 1); ``sim.run()`` itself where they cannot run apart.
-    ``on_progress`` hears of every request at the end (the workers do not report)."""
+    ``on_progress`` hears of finished requests as the workers finish them (every
+    ``PROGRESS_EVERY``, through a shared counter) and of the rest at the end."""
     if workers < 1:
         raise InferplanError(f"--sim-workers: must be >= 1, got {workers}")
     if not runs_apart(sim):
         return sim.run(on_progress=on_progress)
-    merged = try_apart(sim, workers)
+    progress = _Progress(on_progress)
+    merged = try_apart(sim, workers, progress)
     if merged is None:  # not the interleaved run: run that instead, from the start
         model = sim.replicas[0].model
         return Simulation(sim.workload, sim.cfg, model).run(on_progress=on_progress)
-    if on_progress is not None and sim.num_done:
-        on_progress(sim.num_done)
+    progress.settle(sim.num_done)
     return merged
 
 
-def try_apart(sim: Simulation, workers: int) -> SimulationResult | None:
+PROGRESS_EVERY = 1000  # finished requests a worker counts before it tells the parent
+POLL_S = 0.25  # how often the parent reads the workers' count while it waits
+
+
+class _Progress:
+    """Finished requests counted in a counter the workers share (fork), passed on to
+    ``on_progress`` as they come; ``settle`` passes on what is left of the total."""
+
+    def __init__(self, on_progress: Callable[[int], None] | None) -> None:
+        self.on_progress = on_progress
+        self.shared: Any = None  # a ``multiprocessing.Value`` in the workers' context
+        self.reported = 0
+
+    def add(self, done: int) -> None:
+        """A worker's (or this process's) ``done`` more finished requests."""
+        if self.shared is not None:
+            with self.shared.get_lock():
+                self.shared.value += done
+        else:
+            self.poll(self.reported + done)
+
+    def poll(self, total: int | None = None) -> None:
+        if self.on_progress is None:
+            return
+        now = int(self.shared.value) if total is None else total
+        if now > self.reported:
+            self.on_progress(now - self.reported)
+            self.reported = now
+
+    def settle(self, total: int) -> None:
+        self.poll(total)
+
+
+def try_apart(
+    sim: Simulation, workers: int, progress: _Progress | None = None
+) -> SimulationResult | None:
     """The replicas of ``sim`` (``runs_apart``) run apart and merged; None where the result
     would not be the interleaved run's (``sim`` may then be spent: build a new one)."""
+    progress = _Progress(None) if progress is None else progress
     if workers == 1:
-        runs = _run_group(sim, list(range(len(sim.replicas))))
+        runs = _run_group(sim, list(range(len(sim.replicas))), progress)
     else:
-        runs = _in_workers(sim, workers)
+        runs = _in_workers(sim, workers, progress)
     return None if runs is None else _merge(sim, runs)
 
 
-def _in_workers(sim: Simulation, workers: int) -> list[ReplicaRun] | None:
+def _in_workers(sim: Simulation, workers: int, progress: _Progress) -> list[ReplicaRun] | None:
     if "fork" not in multiprocessing.get_all_start_methods():
         return None
     groups = [list(range(len(sim.replicas)))[g::workers] for g in range(workers)]
     groups = [g for g in groups if g]
     ctx = multiprocessing.get_context("fork")  # the workers inherit ``sim`` unpickled
+    progress.shared = ctx.Value("q", 0)
     with ProcessPoolExecutor(
-        len(groups), mp_context=ctx, initializer=_adopt, initargs=(sim,)
+        len(groups), mp_context=ctx, initializer=_adopt, initargs=(sim, progress)
     ) as ex:
-        parts = list(ex.map(_run_adopted, groups))
+        futures = [ex.submit(_run_adopted, group) for group in groups]
+        while wait(futures, timeout=POLL_S, return_when=FIRST_EXCEPTION).not_done:
+            progress.poll()
+        parts = [future.result() for future in futures]
     if any(part is None for part in parts):
         return None
     return sorted((run for part in parts if part for run in part), key=lambda run: run.index)
 
 
-_ADOPTED: list[Simulation] = []  # a worker process's own copy of the simulation (fork)
+# A worker process's own copy of the simulation and the parent's progress counter (fork).
+_ADOPTED: list[tuple[Simulation, _Progress]] = []
 
 
-def _adopt(sim: Simulation) -> None:
-    _ADOPTED.append(sim)
+def _adopt(sim: Simulation, progress: _Progress) -> None:
+    _ADOPTED.append((sim, progress))
 
 
 def _run_adopted(group: list[int]) -> list[ReplicaRun] | None:
-    return _run_group(_ADOPTED[-1], group)
+    sim, progress = _ADOPTED[-1]
+    return _run_group(sim, group, progress)
 
 
-def _run_group(sim: Simulation, group: list[int]) -> list[ReplicaRun] | None:
+def _run_group(
+    sim: Simulation, group: list[int], progress: _Progress | None = None
+) -> list[ReplicaRun] | None:
     """Run each replica of ``group`` alone to its end; None where one is stuck (the
-    interleaved run then says why)."""
+    interleaved run then says why). Finished requests are counted in ``progress``."""
+    progress = _Progress(None) if progress is None else progress
     assert sim.own_arrivals is not None
     routed = np.asarray(sim._routed_at_arrival, dtype=bool)
     replica_of = sim.own_arrivals.replica_of
     runs = []
     for index in group:
         ids = np.flatnonzero(routed & (replica_of == index))
-        run = _run_alone(sim, sim.replicas[index], ids.tolist())
+        run = _run_alone(sim, sim.replicas[index], ids.tolist(), progress)
         if run is None:
             return None
         runs.append(run)
     return runs
 
 
-def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun | None:
+def _run_alone(
+    sim: Simulation, replica: Replica, ids: list[int], progress: _Progress
+) -> ReplicaRun | None:
     """``replica`` alone: its own arrivals routed as ``Simulation.run`` routes them (the
     arrivals due within rounding of its clock, before it advances), one advance at a time."""
     own, rec = sim.own_arrivals, sim.records
@@ -176,7 +224,7 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
     has_work: list[bool] = []
     num_routed: list[int] = []
     offsets: list[int] = []
-    pos, num = 0, len(ids)
+    pos, num, unreported = 0, len(ids), 0
     while True:
         if pos < num and (
             not replica.has_work or times[pos] <= replica.now + same_time_s(replica.now)
@@ -198,6 +246,10 @@ def _run_alone(sim: Simulation, replica: Replica, ids: list[int]) -> ReplicaRun 
             return None  # stuck (``Simulation._stuck``)
         end_s.append(replica.now)
         has_work.append(replica.has_work)
+        unreported += len(replica.on_finish)
+        if unreported >= PROGRESS_EVERY:
+            progress.add(unreported)
+            unreported = 0
         replica.on_finish.clear()
     replica.running.rows.flush_itl()
     offsets.append(itl.num_updates)
