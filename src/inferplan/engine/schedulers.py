@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.prefix_admission import map_cached, reload
 from inferplan.engine.running import RunningSet
 from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.records import RequestRecords
@@ -312,13 +313,13 @@ class Scheduler:
             hit, _ = self.prefix_hit(rid, tokens)
         held = pool.blocks_for_one(hit + chunk)
         if self.offload is not None and rid in self.offload.stored:
-            self._reload(rid, tokens, hit, held)  # it joins the batch when its KV is back
+            reload(self, rid, tokens, hit, held)  # it joins the batch when its KV is back
             return False
         if pool.cache is None:
             pool.free -= held
         else:  # map the cached entries first, so that allocating cannot evict them
             entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
-            in_hbm = self._map_cached(rid, tokens, hit // entry_tokens, held, now)
+            in_hbm = map_cached(self, rid, tokens, hit // entry_tokens, held, now)
             if in_hbm is None:
                 return False  # the rest of its prefix comes back from a tier: it waits
             pool.free -= held - in_hbm * pool.cache.entry_blocks
@@ -331,47 +332,6 @@ class Scheduler:
         generated = int(tokens - self.prompt_tokens.item(rid))
         self.running.append(rid, hit, tokens, generated, self.target_tokens.item(rid), held, now)
         return True
-
-    def _reload(self, rid: int, tokens: int, hit: int, held: int) -> None:
-        """Admit a request whose ``hit`` computed tokens are in a tier with ``held`` blocks;
-        prompt entries the prefix cache still holds are mapped, not read
-        (``engine/offload.py``)."""
-        cache, pool, offload = self.pool.cache, self.pool, self.offload
-        assert offload is not None
-        in_hbm = 0
-        if cache is not None and cache.window_entries is None:  # windowed pools: read it all
-            entry_tokens = cache.entry_kv_blocks * pool.block_size
-            prompt_entries = min(int(self.prompt_tokens[rid]), tokens - 1, hit) // entry_tokens
-            in_hbm = cache.lookup(rid, prompt_entries)[0] * entry_tokens
-            pool.free -= cache.acquire(rid, in_hbm // entry_tokens)
-            self.records.cached_tokens[rid] += in_hbm  # type: ignore[index]
-            self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
-            cache.cached_tokens += in_hbm
-            cache.queried_tokens += tokens
-        offload.begin_load(rid, (hit, tokens), held, in_hbm)  # reads first: allocating evicts
-        pool.free -= held - in_hbm // pool.block_size
-
-    def _map_cached(self, rid: int, tokens: int, entries: int, held: int, now: float) -> int | None:
-        """Map the first ``entries`` prefix entries of an admitted request's prompt: those in
-        HBM directly; with KV tiers, those after them come back from a tier, so the request
-        gets its ``held`` blocks now and waits for the reads (None; ``engine/offload.py``)."""
-        cache = self.pool.cache
-        assert cache is not None
-        entry_tokens = cache.entry_kv_blocks * self.pool.block_size
-        in_hbm = entries if self.offload is None else cache.lookup(rid, entries)[0]
-        self.pool.free -= cache.acquire(rid, in_hbm)
-        self.records.cached_tokens[rid] += in_hbm * entry_tokens  # type: ignore[index]
-        self.records.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
-        cache.cached_tokens += in_hbm * entry_tokens
-        cache.queried_tokens += tokens
-        if in_hbm == entries or self.offload is None:
-            return in_hbm
-        if math.isnan(self.records.first_scheduled_s[rid]):
-            self.records.first_scheduled_s[rid] = now
-        hit = entries * entry_tokens  # reads first: allocating may evict into the tiers
-        self.offload.begin_prefix_load(rid, cache.hashes[rid][in_hbm:entries], (hit, tokens), held)
-        self.pool.free -= held - in_hbm * cache.entry_blocks
-        return None
 
     # ---- running pass -----------------------------------------------------------------------
 
