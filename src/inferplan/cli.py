@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from typing import Any
 
 import click
 
@@ -313,11 +314,11 @@ def simulate(
         _note_rejections(summary, rejection_counts(plan, requests, options))
 
 
-def _note_rejections(summary: dict[str, object], at_arrival: dict[str, int]) -> None:
+def _note_rejections(summary: dict[str, Any], at_arrival: dict[str, int]) -> None:
     """One line on stderr when requests were refused: how many, and why (the arrival checks'
     reasons; the rest by the admission policy), so a run that served nothing says so."""
     reasons = [f"{n:,} {reason}" for reason, n in at_arrival.items()]
-    later = int(str(summary["rejected"])) - sum(at_arrival.values())
+    later = summary["rejected"] - sum(at_arrival.values())
     if later > 0:
         reasons.append(f"{later:,} by the admission policy (--admission)")
     total = f"{summary['rejected']:,} of {summary['num_requests']:,}"
