@@ -103,6 +103,10 @@ VLLM_LAYER_HOSTS = [(3 * MS, 20 * US, 20 * US), (3 * MS, 20 * US, 40 * US)]
 # at most ~8 ms of serial work a request), 0-75 us an output token as above.
 SGLANG_REQUESTS = [0.0, 3 * MS, 6 * MS, 9 * MS]
 SGLANG_TOKENS = [0.0, 25 * US, 50 * US, 75 * US]
+# ``--intake-streams``: the process's time per streamed token while it takes requests in, a
+# simulation axis (``engine/stream_intake.py``; sgl-project/sglang#6553). Bound: the fastest-
+# streaming run (4,533 tokens/s over 44 s beside 1,000 ~6 ms intakes) leaves <= ~190 us a token.
+INTAKE_STREAMS = [100 * US, 150 * US]
 # Kernel classes that share one factor. SGLang's fp8 class was one configuration
 # (Qwen3-14B-FP8; three with main's GLM-4.6-FP8 runs), so the fold that held it out could not
 # identify its factor (it fell back to 1: 40.8 % cross-validated on main 9780331 where the
@@ -175,6 +179,8 @@ def tables(
     only: str | None = None,
     points: list[int] | None = None,
     layer_floors: bool = False,
+    factor_grid: list[float] | None = None,
+    streams: tuple[float, ...] = (0.0,),
 ) -> dict[str, Table]:
     """{kernel class: table}: one simulation per run (every ``count``-th from ``index``; with
     ``only``, the runs whose ``case_id`` contains it), host point (``points``: these indices
@@ -185,18 +191,21 @@ def tables(
     if points is not None:  # a subset of the grid, to extend a saved table
         hosts = [hosts[i] for i in points]
     out: dict[str, Table] = {}
-    stages: list[float | None] = list(SGLANG_REQUESTS) if name == "sglang" else [None]
+    stages: list[tuple[float, float] | None] = [None]
+    if name == "sglang":
+        stages = list(itertools.product(SGLANG_REQUESTS, streams))
     runs = [r for r in group_runs(rows).values() if only is None or only in r[0].case_id]
     for run in runs[index::count]:
         kernel = run_class(run)
         table = out.setdefault(kernel, {})
         family = row_efficiency(run[0], efficiency_for(load_gpu(run[0].gpu)))
-        grid = itertools.product(hosts, run_factors(name, kernel), stages)
+        factors = [f for f in run_factors(name, kernel) if f in (factor_grid or [f])]
+        grid = itertools.product(hosts, factors or run_factors(name, kernel), stages)
         for host, factor, stage in grid:
             eff = family
             if host is not None:
                 eff = with_host(eff, host)
-            engine_fe = None if stage is None else sglang_frontend(stage)
+            engine_fe = None if stage is None else sglang_frontend(stage[0], 0.0, stage[1])
             eff = scale_kernels(eff, factor, kernel, name)
             try:
                 result = simulate_run(run, eff, False, engine_fe)
@@ -219,16 +228,17 @@ def tables(
     return out
 
 
-def sglang_frontend(per_request_s: float, per_token_s: float = 0.0) -> FrontEnd:
-    return FrontEnd(per_request_s=per_request_s, per_token_s=per_token_s, requests_apart=True)
+def sglang_frontend(request_s: float, token_s: float = 0.0, stream_s: float = 0.0) -> FrontEnd:
+    return FrontEnd(request_s, 0.0, token_s, requests_apart=True, intake_stream_s=stream_s)
 
 
-def frontends(stage: float | None) -> list[FrontEnd]:
+def frontends(stage: tuple[float, float] | None) -> list[FrontEnd]:
     """The front ends tried behind one simulation: ``FRONTENDS``, or for SGLang's tokenizer
-    stage of ``stage`` seconds a request, its per-token costs."""
+    stage of ``stage`` (seconds a request, seconds of its process a streamed token), its
+    per-token costs."""
     if stage is None:
         return FRONTENDS
-    return [sglang_frontend(stage, t) for t in SGLANG_TOKENS]
+    return [sglang_frontend(stage[0], t, stage[1]) for t in SGLANG_TOKENS]
 
 
 def fit(rows: list[PublishedRow], by_class: dict[str, Table]) -> Fit:
@@ -339,6 +349,8 @@ def breakdown(label: str, errs: list[tuple[PublishedRow, float]], family: str = 
 def describe(point: Fit) -> str:
     fe = point.fe
     text = f"per_request {fe.per_request_s / MS:g} ms, per_token {fe.per_token_s / US:g} us"
+    if fe.intake_stream_s:
+        text += f", intake_stream {fe.intake_stream_s / US:g} us"
     if point.host is not None:
         text += f"; step {point.host[0] / MS:g} ms, per_seq {point.host[1] / US:g} us"
         if len(point.host) > 2:
@@ -376,6 +388,8 @@ def write(fitted: dict[str, Fit]) -> None:
             "per_request_s": float(f"{point.fe.per_request_s:.4g}"),
             "per_token_s": float(f"{point.fe.per_token_s:.4g}"),
         }
+        if point.fe.intake_stream_s:
+            fe_data[name]["intake_stream_s"] = float(f"{point.fe.intake_stream_s:.4g}")
         # HOSTS[0] stands for fit_engine_overheads.py's fit, at these bounds: kept as it is.
         if point.host is not None and (name == "vllm-v1" or point.host != HOSTS[0]):
             host_data[name] = {
@@ -426,11 +440,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--by", action="store_true", help="latency errors by GPU, model family and workload too"
     )
+    parser.add_argument(
+        "--factors",
+        help="comma-separated kernel factors: simulate only these (where a run has any)",
+    )
+    parser.add_argument(
+        "--intake-streams",
+        action="store_true",
+        help="SGLang: add the intake's per-streamed-token cost (INTAKE_STREAMS) to the grid",
+    )
     args = parser.parse_args(argv)
     fitted: dict[str, Fit] = {}
     for name in args.engine or ["vllm-v1", "sglang", "trtllm-serve"]:
         rows = served_rows(name)
         print(f"## {name}: {len(rows)} rows of {len({r.run_key for r in rows})} runs", flush=True)
+        factor_grid = [float(f) for f in args.factors.split(",")] if args.factors else None
         if args.load:
             by_class: dict[str, Table] = {}
             for path in args.load:
@@ -441,7 +465,10 @@ def main(argv: list[str]) -> int:
         else:
             index, count = (int(x) for x in args.shard.split("/"))
             points = [int(i) for i in args.points.split(",")] if args.points else None
-            by_class = tables(name, rows, index, count, args.only, points, args.layer_floors)
+            streams = (0.0, *(INTAKE_STREAMS if args.intake_streams else []))
+            by_class = tables(
+                name, rows, index, count, args.only, points, args.layer_floors, factor_grid, streams
+            )
         if args.save:
             Path(args.save).write_bytes(pickle.dumps({name: by_class}))
         start = Fit(

@@ -17,7 +17,9 @@ probability matching each run's published mean); ``--sharegpt-lengths``: ShareGP
 ``plan/sharegpt.py`` (the bundled measured pairs scaled to the run's means) instead of the
 lognormal; ``--conservativeness c``: SGLang's new-token ratios as ``--schedule-conservativeness
 c`` sets them (on top of what the run's settings give); ``--sharegpt-intake-ms x``: the
-ShareGPT runs' tokenizer-stage cost per request (fitted: 6 ms, ``engine/data/frontend.yaml``).
+ShareGPT runs' tokenizer-stage cost per request (fitted: 6 ms, ``engine/data/frontend.yaml``);
+``--intake-stream-us x``: every run's intake slowed by ``x`` us of its process per streamed token
+(``engine/stream_intake.py``; 0 by default).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ def _patch(args: argparse.Namespace) -> None:
             return replace(fe, per_request_s=intake_s) if row.dataset == "sharegpt" else fe
 
         published_runs.row_frontend = row_frontend
+    if args.intake_stream_us:
+        fronted, stream_s = published_runs.row_frontend, args.intake_stream_us / 1e6
+
+        def streamed(row: PublishedRow) -> FrontEnd:
+            return replace(fronted(row), intake_stream_s=stream_s)
+
+        published_runs.row_frontend = streamed
     if args.conservativeness is not None:
         ratios, factor = sglang.new_token_ratios, args.conservativeness
 
@@ -116,6 +125,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sharegpt-lengths", action="store_true")
     parser.add_argument("--conservativeness", type=float, default=None)
     parser.add_argument("--sharegpt-intake-ms", type=float, default=None)
+    parser.add_argument("--intake-stream-us", type=float, default=0.0)
     parser.add_argument("--dataset", choices=("random", "sharegpt"), default=None)
     parser.add_argument("--runs", action="store_true", help="one line per run instead")
     parser.add_argument("--cv", action="store_true", help="run fit_frontend.py's CV instead")

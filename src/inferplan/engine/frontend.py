@@ -72,6 +72,10 @@ class FrontEnd:
     # queue runs it for every request already waiting before any of them goes on to the engine
     # (``tokenizer_stage.interleaved_delays``).
     intake_interleaved: bool = False
+    # Seconds of the API process per streamed output token while it takes requests in: where
+    # the intake and the streams share one process (SGLang's TokenizerManager), the streams
+    # slow the intake of the requests still to come (``stream_intake.py``). 0: apart.
+    intake_stream_s: float = 0.0
 
     @property
     def is_zero(self) -> bool:
@@ -234,7 +238,7 @@ def shift_itl(summary: dict[str, object], times: FrontEndTimes | None) -> dict[s
     return out
 
 
-FRONTEND_FIELDS = ("per_request_s", "per_input_token_s", "per_token_s")
+FRONTEND_FIELDS = ("per_request_s", "per_input_token_s", "per_token_s", "intake_stream_s")
 
 
 def frontend_class(engine: str, version: str = "") -> str | None:
@@ -268,6 +272,7 @@ def parse_frontends(data: object, source: str) -> dict[str, FrontEnd]:
             per_request_s=values.get("per_request_s", 0.0),
             per_input_token_s=values.get("per_input_token_s", 0.0),
             per_token_s=values.get("per_token_s", 0.0),
+            intake_stream_s=values.get("intake_stream_s", 0.0),
         )
     return out
 

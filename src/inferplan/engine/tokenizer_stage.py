@@ -39,6 +39,7 @@ import numpy as np
 from inferplan.engine.frontend import FrontEnd, fcfs_finish
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.engine.simulator import SimulationResult
+from inferplan.engine.stream_intake import applies, simulate_gated
 from inferplan.memory.plan import MemoryPlan
 from inferplan.metrics.records import FloatArray
 from inferplan.perf.protocol import StepTimeModel
@@ -99,9 +100,14 @@ def simulate_tokenized(
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     """``session.simulate`` with the requests passing the tokenizer stage of ``fe`` first (one
-    per replica), the records on the client's clock."""
+    per replica), the records on the client's clock; where the intake shares its process with
+    the output streams (``FrontEnd.intake_stream_s``), through ``stream_intake.py``'s gate."""
     delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
     if not np.any(delays > 0):
         return simulate(plan, model, workload, options, on_progress)
+    if fe.intake_stream_s > 0 and applies(options):  # the streams slow the intake
+        work = fe.per_request_s + fe.per_input_token_s * workload.input_tokens
+        cost = np.array(np.broadcast_to(work, delays.shape), dtype=np.float64)
+        return simulate_gated(plan, model, workload, options, cost, fe.intake_stream_s)
     delayed = replace(workload, arrival_s=workload.arrival_s + delays)
     return at_client_times(simulate(plan, model, delayed, options, on_progress), delays)
