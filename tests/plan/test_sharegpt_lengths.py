@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferplan.plan.sharegpt import bundled_pairs, sharegpt_lengths, sharegpt_run_lengths
-from inferplan.workload.synthetic import lognormal_lengths
+from inferplan.plan.sharegpt import bundled_pairs, sharegpt_lengths
 
 
 def test_bundled_pairs_pass_the_benchmarks_filter() -> None:
@@ -26,21 +25,3 @@ def test_draws_are_seeded_and_scaled_to_the_published_means() -> None:
     assert a[0].min() >= 1 and a[1].min() >= 1
     more = sharegpt_lengths(5000, 217.4, 201.6, np.random.default_rng(1))  # beyond the table
     assert more[0].size == 5000
-
-
-def test_vllm_runs_draw_the_measured_pairs_and_other_engines_the_lognormal() -> None:
-    """vLLM's published ShareGPT runs send the measured pairs (anti-correlated, median far below
-    the mean); SGLang's and TensorRT-LLM's keep the capped lognormal of main, draw for draw."""
-    means, lognormal = (217.4, 201.6), (1.0, 4096)
-    vllm = sharegpt_run_lengths("vllm", 1000, means, lognormal, np.random.default_rng(0))
-    assert all(
-        np.array_equal(x, y)
-        for x, y in zip(vllm, sharegpt_lengths(1000, *means, np.random.default_rng(0)), strict=True)
-    )
-    assert np.corrcoef(np.log(vllm[0]), np.log(vllm[1]))[0, 1] < -0.3
-    for engine in ("sglang", "tensorrt-llm"):
-        ins, outs = sharegpt_run_lengths(engine, 1000, means, lognormal, np.random.default_rng(0))
-        rng = np.random.default_rng(0)
-        assert np.array_equal(ins, lognormal_lengths(1000, 217.4, 1.0, 4096, rng))
-        assert np.array_equal(outs, lognormal_lengths(1000, 201.6, 1.0, 4096, rng))
-        assert abs(np.corrcoef(np.log(ins), np.log(outs))[0, 1]) < 0.1  # drawn apart

@@ -19,8 +19,7 @@ with its engine's memory rule and limits, and one of two predictions:
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
-lengths as measured for vLLM's runs, lognormal (sigma 1) for the others', scaled to the
-published means (``sharegpt.py``); ``random`` inputs at the published mean.
+lengths lognormal (sigma 1) with the published means; ``random`` inputs at the published mean.
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ from inferplan.plan.served import (
     with_overlap_schedule,
     with_vllm_configs,
 )
-from inferplan.plan.sharegpt import sharegpt_run_lengths
 from inferplan.plan.trtllm_bench import trtllm_bench_limits
 from inferplan.plan.trtllm_serve import (
     chunked_prefill,
@@ -268,9 +266,11 @@ def steady_state_throughput(
 def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     mean_in = row.input_len_mean or float(row.input_len or 1)
     mean_out = row.output_len_mean or float(row.output_len or 1)
-    if row.dataset == "sharegpt":  # measured pairs for vLLM's runs, else the lognormal
-        lognormal = (SHAREGPT_SIGMA, SHAREGPT_MAX_TOKENS)
-        return sharegpt_run_lengths(row.engine, num, (mean_in, mean_out), lognormal, rng)
+    if row.dataset == "sharegpt":
+        cap = SHAREGPT_MAX_TOKENS
+        inputs = synthetic.lognormal_lengths(num, mean_in, SHAREGPT_SIGMA, cap, rng)
+        outputs = synthetic.lognormal_lengths(num, mean_out, SHAREGPT_SIGMA, cap, rng)
+        return inputs, outputs
     return (
         np.full(num, max(1, round(mean_in)), dtype=np.int64),
         np.full(num, max(1, round(mean_out)), dtype=np.int64),

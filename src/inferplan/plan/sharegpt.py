@@ -27,14 +27,6 @@ from importlib import resources
 import numpy as np
 
 from inferplan.metrics.records import IntArray
-from inferplan.workload import synthetic
-
-# Engines whose ShareGPT runs draw the measured pairs (what ``vllm bench serve`` sends) rather
-# than a lognormal with the published means. vLLM's rows are closer on latency and throughput
-# with them (docs/validation.md, ``vllm5``); SGLang's and TensorRT-LLM's keep the lognormal,
-# whose long tail (outputs to 4,096 tokens) stands in for misses the real lengths uncover there
-# (``sharegpt``: their runs come out about 20 % too fast on throughput).
-MEASURED_ENGINES = ("vllm",)
 
 
 @cache
@@ -60,21 +52,3 @@ def sharegpt_lengths(
     replace = num > prompts.size
     index = rng.choice(prompts.size, size=num, replace=replace)
     return _scaled(prompts[index], mean_in), _scaled(outputs[index], mean_out)
-
-
-def sharegpt_run_lengths(
-    engine: str,
-    num: int,
-    means: tuple[float, float],
-    lognormal: tuple[float, int],
-    rng: np.random.Generator,
-) -> tuple[IntArray, IntArray]:
-    """A published ShareGPT run's (prompt, output) lengths with the published ``means``: the
-    measured pairs for ``MEASURED_ENGINES``, else lognormal with ``lognormal`` = (log-space
-    sigma, cap) for each column, independently."""
-    if engine in MEASURED_ENGINES:
-        return sharegpt_lengths(num, means[0], means[1], rng)
-    sigma, cap = lognormal
-    inputs = synthetic.lognormal_lengths(num, means[0], sigma, cap, rng)
-    outputs = synthetic.lognormal_lengths(num, means[1], sigma, cap, rng)
-    return inputs, outputs
