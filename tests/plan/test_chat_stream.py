@@ -1,5 +1,6 @@
-"""SGLang's chat stream as ``vllm bench serve`` times it (plan/chat_stream.py): a role chunk and a
-finish chunk per request add two ITL gaps of about zero; TPOT and TTFT do not see them."""
+"""SGLang's and vLLM's chat streams as ``vllm bench serve`` times them (plan/chat_stream.py): a
+role chunk (and SGLang's finish chunk) per request add ITL gaps of about zero; TPOT and TTFT do
+not see them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from inferplan.engine.frontend import FrontEnd
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.perf.factory import build_step_model
-from inferplan.plan.chat_stream import SGLANG_EMPTY_CHUNKS, empty_chunks, with_empty_chunks
+from inferplan.plan.chat_stream import (
+    SGLANG_EMPTY_CHUNKS,
+    VLLM_EMPTY_CHUNKS,
+    empty_chunks,
+    with_empty_chunks,
+)
 from inferplan.plan.published import bundled_published
 from inferplan.plan.published_runs import served_summary
 from inferplan.workload.request import Workload
@@ -37,8 +43,22 @@ def test_only_sglang_chat_rows_count_empty_chunks() -> None:
     settings = {**sglang.settings, "endpoint": "openai /v1/completions"}
     completions = replace(sglang, settings=settings)
     assert empty_chunks(completions) == 0
-    vllm = next(r for r in rows if r.engine == "vllm" and r.case_id.startswith("gpustack"))
-    assert empty_chunks(vllm) == 0  # vLLM's one role chunk is left to its own fit
+    trtllm = next(r for r in rows if r.engine == "tensorrt-llm" and "endpoint" in r.settings)
+    assert trtllm.settings["endpoint"].startswith("openai-chat")
+    assert empty_chunks(trtllm) == 0  # trtllm-serve's role chunk is left to its own fit
+
+
+def test_vllm_chat_rows_count_one_empty_chunk_and_harmony_models_none() -> None:
+    """vLLM sends a role chunk before the first token's (one zero gap: ITL mean / TPOT mean is
+    0.750 on its 128/4 runs); gpt-oss's harmony stream skips its header tokens instead."""
+    rows = [r for r in bundled_published() if r.engine == "vllm" and "endpoint" in r.settings]
+    qwen = next(r for r in rows if r.model == "Qwen/Qwen3-14B")
+    oss = next(r for r in rows if r.model == "openai/gpt-oss-20b")
+    assert qwen.settings["endpoint"].startswith("openai-chat")
+    assert empty_chunks(qwen) == VLLM_EMPTY_CHUNKS == 1
+    assert empty_chunks(oss) == 0
+    completions = replace(qwen, settings={**qwen.settings, "endpoint": "openai /v1/completions"})
+    assert empty_chunks(completions) == 0
 
 
 def test_served_itl_mean_counts_the_empty_chunks_and_tpot_does_not() -> None:

@@ -20,26 +20,53 @@ So each request adds **two gaps of about zero** to the ITL samples: the publishe
 ``(out - 1) / (out + 1)`` of the token gaps' mean, 3/5 at 4 output tokens. GPUStack's SGLang
 ``128/4`` runs (0.5.3-0.5.6) show exactly that: ITL mean / TPOT mean = 0.600 in all but one
 (GLM-4.6-FP8 on SGLang 0.5.3 with ``--reasoning-parser`` shows 0.750: one such gap; not
-modelled). vLLM's and ``trtllm-serve``'s streams show 0.750 on the same runs (the role chunk
-alone); their counts are left to their own fits (0 here), so their rows are unchanged.
+modelled). ``trtllm-serve``'s streams show 0.750 on the same runs (the role chunk alone); its
+count is left to its own fit (0 here), so its rows are unchanged.
+
+vLLM's chat stream (``vllm-0.11.0:vllm/entrypoints/openai/serving_chat.py``
+``chat_completion_stream_generator``; the same in 0.10.2) sends, on the engine's first output
+of a request, a chunk ``{"role": "assistant", "content": ""}`` and then, from the same output,
+the first token's chunk; the last token's chunk carries the ``finish_reason`` itself, and the
+usage chunk has no ``choices``. So each request adds **one gap of about zero**: ITL mean / TPOT
+mean = ``(out - 1) / out``, 0.750 at 4 output tokens, which every GPUStack vLLM ``128/4`` run of
+a jinja-templated model shows (DeepSeek-R1, GLM-4.5-Air, GLM-4.6, Qwen3-14B/32B/235B: 0.750 on
+all seven). gpt-oss is rendered and parsed by ``openai_harmony`` (``use_harmony``): its first
+output's header tokens (``<|channel|>``, the channel name) have no channel yet, so their delta
+is ``None`` and no chunk follows the role chunk; no zero gap, but the first two token gaps reach
+the client as one (its ``128/4`` runs show 1.50-1.61: two samples over three gaps). Merging
+gaps needs each request's second token time, which the ITL histogram does not keep: not
+modelled (0 here).
 """
 
 from __future__ import annotations
 
+from inferplan.engine.chat_template import HARMONY_MODEL_TYPES
 from inferplan.metrics.histogram import ItlHistogram
-from inferplan.plan.published import PublishedRow
+from inferplan.plan.published import PublishedRow, bundled_model_name
+from inferplan.specs.catalog import load_model
 
 SGLANG_EMPTY_CHUNKS = 2  # the role chunk before the first token, the finish chunk after the last
+VLLM_EMPTY_CHUNKS = 1  # the role chunk before the first token's, from the same engine output
 
 
 def empty_chunks(row: PublishedRow) -> int:
     """Chunks per request of ``row``'s stream that the client counts as ITL gaps of about zero
-    (see the module docstring): SGLang's chat endpoint 2, anything else 0."""
-    if row.engine != "sglang":
-        return 0
+    (see the module docstring): SGLang's chat endpoint 2, vLLM's 1 (none for harmony models),
+    anything else 0."""
     if not row.settings.get("endpoint", "").startswith("openai-chat"):
         return 0
-    return SGLANG_EMPTY_CHUNKS
+    if row.engine == "sglang":
+        return SGLANG_EMPTY_CHUNKS
+    if row.engine == "vllm" and not _harmony(row):
+        return VLLM_EMPTY_CHUNKS
+    return 0
+
+
+def _harmony(row: PublishedRow) -> bool:
+    """Whether vLLM renders ``row``'s model with ``openai_harmony`` (its stream skips the first
+    output's header tokens instead of adding a zero gap)."""
+    model_type = load_model(bundled_model_name(row.model) or row.model).model_type
+    return model_type in HARMONY_MODEL_TYPES
 
 
 def with_empty_chunks(itl: ItlHistogram, num_requests: int, per_request: int) -> ItlHistogram:
