@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED, _GENERATED, _TARGET = 1, 3, 4
+FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 
 
 def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: bool) -> bool:
@@ -270,13 +271,24 @@ class _Chain:
         gaps, the pool, the clock; then the finishes, as ``advance_decode`` does."""
         r, p, j = self.r, self.p, self.j
         run, rec = r.running, r.records
-        if self.victim_ids:  # ``Scheduler.preempt``'s counts (no request is a victim twice)
-            ids = np.array(self.victim_ids, dtype=np.int64)
+        if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
+            ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
             rec.num_preemptions[ids] += 1
             rec.recomputed_tokens[ids] += np.array(self.victim_computed, dtype=np.int64)
             gaps = np.array(self.victim_itl)
             ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
             rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
+        elif self.victim_ids:  # the same writes in scalars (cheaper for a few victims)
+            preemptions, recomputed = rec.num_preemptions, rec.recomputed_tokens
+            max_itl_s = rec.max_itl_s
+            for rid, computed, gap in zip(
+                self.victim_ids, self.victim_computed, self.victim_itl, strict=True
+            ):
+                preemptions[rid] += 1
+                recomputed[rid] += computed
+                # ``np.fmax`` (a nan gives way) where the victim ran a segment of the chain
+                if gap > -math.inf and not max_itl_s[rid] >= gap:
+                    max_itl_s[rid] = gap
         if self.own is not None:
             self.own.commit()
         r.pool.free = self.usable - self.blocks.held(j - 1)
