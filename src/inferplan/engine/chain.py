@@ -101,20 +101,24 @@ class _Chain:
         # their scalars, so neither it nor the next fast path settles or relearns the batch.
         rows = run.rows
         self.implicit = bool(rows.block) and rows.holds_ceil()
-        if self.implicit:
+        if self.implicit:  # the offsets and sums from the rows' scalars (every row known)
             ints, lag = run._ints, rows.lag
             self.computed = ints[_COMPUTED, : self.n] + lag
             self.held_start = rows.ceil_sum
             left = ints[_TARGET, : self.n] - ints[_GENERATED, : self.n] - lag
+            self.computed_sum = rows.computed_sum + self.n * lag  # of the running rows
+            hist = rows.hist  # by stored offset: a row's offset is its stored one plus the lag
+            offsets = [hist[(v - lag) % block] for v in range(block)]
         else:
             self.computed = run.num_computed.copy()
             self.held_start = int(run.held_blocks.sum())
             left = run.target - run.num_generated
+            self.computed_sum = int(self.computed.sum())
+            offsets = np.bincount(self.computed % block, minlength=block).tolist()
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
-        self.computed_sum = int(self.computed.sum())  # of the running rows, at the start
         self.left_prefix = np.minimum.accumulate(left)
-        self.blocks = TailBlocks(self.computed, block, self.usable)
+        self.blocks = TailBlocks.from_offsets(offsets, self.computed_sum, block, self.usable)
         self.j, self.p, self.now = 0, self.n, r.now
         self.seg_max_itl = -math.inf  # the largest last step of the segments so far
         # Each victim's id, computed tokens, and largest last step of the segments it ran.
