@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplan.engine import chain as chain_module
 from inferplan.engine import simulator as simulator_module
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
@@ -116,6 +117,32 @@ def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch)
     _assert_identical(chained, stepwise)
 
 
+def test_implicit_chains_read_the_blocks_the_columns_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain over implicit rows builds its block arithmetic from the rows' offset histogram
+    and sums (``TailBlocks.from_offsets``): the same state as from the columns, with decode
+    steps pending (the lag) at many chains' starts."""
+    init, seen = chain_module._Chain.__init__, {"implicit": 0, "lag": 0}
+
+    def checking(self, r):  # type: ignore[no-untyped-def]
+        lag = r.running.rows.lag
+        init(self, r)
+        if not self.implicit:
+            return
+        seen["implicit"] += 1
+        seen["lag"] += lag % self.block != 0
+        columns = TailBlocks(self.computed, self.block, self.usable)
+        assert self.computed_sum == int(self.computed.sum())
+        assert (self.blocks.at_least, self.blocks.k, self.blocks.p) == (
+            columns.at_least,
+            columns.k,
+            columns.p,
+        )
+
+    monkeypatch.setattr(chain_module._Chain, "__init__", checking)
+    _fast(TAIL, chain=True, monkeypatch=monkeypatch)
+    assert seen["implicit"] > 10 and seen["lag"] > 5
+
+
 @st.composite
 def tail_cases(draw: st.DrawFn, batched_tokens: tuple[int, ...] = (16, 64, 256, 2048)) -> Case:
     return replace(
@@ -174,6 +201,10 @@ def _check_tail_blocks(computed: np.ndarray, block: int, usable: int, steps: int
     """``TailBlocks``' ``G(p, j)`` and first failing step, the rows popped from the tail one by
     one, against counting every row's blocks step by step."""
     blocks = TailBlocks(computed, block, usable)
+    # The same state from the offset histogram and the sum (the chain's implicit rows' form).
+    counts = np.bincount(computed % block, minlength=block).tolist()
+    alt = TailBlocks.from_offsets(counts, int(computed.sum()), block, usable)
+    assert (alt.at_least, alt.k, alt.p) == (blocks.at_least, blocks.k, blocks.p)
     for p in range(len(computed), -1, -1):
         assert blocks.p == p
         held = [int(-(-(computed[:p] + j + 1) // block).sum()) for j in range(-1, steps)]

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED, _GENERATED, _TARGET = 1, 3, 4
+FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 
 
 def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: bool) -> bool:
@@ -100,20 +101,24 @@ class _Chain:
         # their scalars, so neither it nor the next fast path settles or relearns the batch.
         rows = run.rows
         self.implicit = bool(rows.block) and rows.holds_ceil()
-        if self.implicit:
+        if self.implicit:  # the offsets and sums from the rows' scalars (every row known)
             ints, lag = run._ints, rows.lag
             self.computed = ints[_COMPUTED, : self.n] + lag
             self.held_start = rows.ceil_sum
             left = ints[_TARGET, : self.n] - ints[_GENERATED, : self.n] - lag
+            self.computed_sum = rows.computed_sum + self.n * lag  # of the running rows
+            hist = rows.hist  # by stored offset: a row's offset is its stored one plus the lag
+            offsets = [hist[(v - lag) % block] for v in range(block)]
         else:
             self.computed = run.num_computed.copy()
             self.held_start = int(run.held_blocks.sum())
             left = run.target - run.num_generated
+            self.computed_sum = int(self.computed.sum())
+            offsets = np.bincount(self.computed % block, minlength=block).tolist()
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
-        self.computed_sum = int(self.computed.sum())  # of the running rows, at the start
         self.left_prefix = np.minimum.accumulate(left)
-        self.blocks = TailBlocks(self.computed, block, self.usable)
+        self.blocks = TailBlocks.from_offsets(offsets, self.computed_sum, block, self.usable)
         self.j, self.p, self.now = 0, self.n, r.now
         self.seg_max_itl = -math.inf  # the largest last step of the segments so far
         # Each victim's id, computed tokens, and largest last step of the segments it ran.
@@ -270,13 +275,24 @@ class _Chain:
         gaps, the pool, the clock; then the finishes, as ``advance_decode`` does."""
         r, p, j = self.r, self.p, self.j
         run, rec = r.running, r.records
-        if self.victim_ids:  # ``Scheduler.preempt``'s counts (no request is a victim twice)
-            ids = np.array(self.victim_ids, dtype=np.int64)
+        if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
+            ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
             rec.num_preemptions[ids] += 1
             rec.recomputed_tokens[ids] += np.array(self.victim_computed, dtype=np.int64)
             gaps = np.array(self.victim_itl)
             ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
             rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
+        elif self.victim_ids:  # the same writes in scalars (cheaper for a few victims)
+            preemptions, recomputed = rec.num_preemptions, rec.recomputed_tokens
+            max_itl_s = rec.max_itl_s
+            for rid, computed, gap in zip(
+                self.victim_ids, self.victim_computed, self.victim_itl, strict=True
+            ):
+                preemptions[rid] += 1
+                recomputed[rid] += computed
+                # ``np.fmax`` (a nan gives way) where the victim ran a segment of the chain
+                if gap > -math.inf and not max_itl_s[rid] >= gap:
+                    max_itl_s[rid] = gap
         if self.own is not None:
             self.own.commit()
         r.pool.free = self.usable - self.blocks.held(j - 1)

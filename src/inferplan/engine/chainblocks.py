@@ -42,6 +42,24 @@ class TailBlocks:
         self.at_least: list[int] = [*np.cumsum(counts[::-1])[::-1].tolist(), 0]
         self.k = int((computed // block).sum()) + self.p  # K_p
 
+    @classmethod
+    def from_offsets(
+        cls, counts: list[int], computed_sum: int, block: int, usable: int
+    ) -> TailBlocks:
+        """The same state from the rows' offset histogram (``counts[v]``: rows whose computed
+        tokens are ``v`` mod ``B``) and their computed tokens' sum, in ``O(B)`` scalars
+        (implicit rows keep both: ``engine/implicit.py``): ``sum a_i = (sum c_i - sum o_i) / B``."""
+        blocks = cls.__new__(cls)
+        blocks.block, blocks.usable, blocks.p = block, usable, sum(counts)
+        at_least, total, offsets = [0] * (block + 1), 0, 0
+        for v in range(block - 1, -1, -1):
+            total += counts[v]
+            at_least[v] = total
+            offsets += v * counts[v]
+        blocks.at_least = at_least
+        blocks.k = (computed_sum - offsets) // block + blocks.p
+        return blocks
+
     def held(self, j: int) -> int:
         """``G(p, j)``: blocks the running rows hold once chain step ``j`` has run."""
         block = self.block

@@ -5,9 +5,12 @@ admits the queue head) with vLLM v1's scheduler on a uniform pool without admiss
 the new blocks come from the block-crossing histogram, the decode context from the scalars, the
 decode itself is the running set's counter, and the old rows' gap is one ITL mark, so the step
 touches only the admitted rows' columns. Every float and record is the one the column form
-computes (the same expressions in the same order); a step the fast form does not cover (an
-admitted prompt that does not finish in this step, a resumed request) writes the columns and
-continues as ``Replica`` does.
+computes (the same expressions in the same order). Resumed requests (recompute preemption's
+victims back with their whole KV as one chunk, the step after a finish above capacity) stay in
+the fast form where every row that emitted before did so one step ago: one ITL sample per row,
+their worst gap written, no first token. A step the fast form does not cover (an admitted prompt
+that does not finish in this step, other gaps) writes the columns and continues as ``Replica``
+does.
 """
 
 from __future__ import annotations
@@ -54,11 +57,13 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
     duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))
     r.trace.record(r.now, pool.used)
+    start = r.now  # the admitted rows' last token time (``admit_popped``'s ``now``)
     r.now += duration
     r.num_steps += 1
     ends = [o + q for o, q in zip(hits, chunks, strict=True)]
     whole = ends == [t + lag for t in admitted[_TOKENS]]  # every prompt done: all emit
-    if not whole or any(g + lag for g in admitted[_GENERATED]):
+    resumed = [rid for rid, g in zip(admitted[_ID], admitted[_GENERATED], strict=True) if g + lag]
+    if not whole or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
         _general_emit(r, n, ends, duration)
         return True
     rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
@@ -74,11 +79,15 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
         if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted ones
             keys = [t - g for t, g in zip(admitted[_TARGET], admitted[_GENERATED], strict=True)]
             rows.learn_rows(stored, keys, list(admitted[_HELD]))
-    _old_rows_gaps(r, n, emitted, duration)
+    if resumed:
+        _resumed_gaps(r, n, resumed, duration)
+    else:
+        _old_rows_gaps(r, n, emitted, duration)
     rows.itl_restart(n)  # the admitted rows' gaps start at their first token
     first_token_s = r.records.first_token_s
-    for rid in admitted[_ID]:
-        first_token_s[rid] = r.now
+    for rid, g in zip(admitted[_ID], admitted[_GENERATED], strict=True):
+        if not g + lag:  # a first token (a resumed request emitted its first before)
+            first_token_s[rid] = r.now
     rows.emitted(r.now)
     r._decoding = True  # every row has sampled and needs one token
     if rows.fewest_left() <= 0:
@@ -105,6 +114,32 @@ def _old_rows_gaps(r: Replica, n: int, emitted: float | None, duration: float) -
         r.itl.add(duration, float(n))
     else:
         r._record_gaps(decoding, np.where(same, duration, now - last), same, duration)
+
+
+def _one_step_gaps(
+    r: Replica, n: int, emitted: float | None, start: float, duration: float
+) -> bool:
+    """Every row that emitted before this step (the ``n`` old rows and the resumed admitted
+    rows, whose last token time is the step's ``start``) did so exactly one step ago
+    (``Replica._emit``'s ``same`` for all of them)."""
+    one_step_ago = r.now - duration
+    if n and (emitted is None or emitted != one_step_ago):
+        return False
+    return start == one_step_ago
+
+
+def _resumed_gaps(r: Replica, n: int, resumed: list[int], duration: float) -> None:
+    """``Replica._emit``'s gaps where the old rows and the resumed admitted rows (preempted
+    requests back with their recomputed KV) all emitted one step ago (``_one_step_gaps``): one
+    ITL sample of ``duration`` per row, the old rows' worst gap an ITL mark, the resumed rows'
+    written (``np.fmax``: a nan gives way), as ``_record_gaps`` does."""
+    if n:
+        r.running.rows.itl_mark(duration)
+    max_itl_s = r.records.max_itl_s
+    for rid in resumed:
+        if not max_itl_s[rid] >= duration:
+            max_itl_s[rid] = duration
+    r.itl.add(duration, float(n + len(resumed)))
 
 
 def _general_emit(r: Replica, n: int, ends: list[int], duration: float) -> None:
