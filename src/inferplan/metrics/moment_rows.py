@@ -111,12 +111,12 @@ def _part_m2(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 def _running_means(
     mean: float, targets: list[float], ratios: list[float]
 ) -> npt.NDArray[np.float64]:
-    """Welford's running mean after each update: ``mean += (target - mean) * ratio``."""
-    out: list[float] = []
-    append = out.append
-    for target, ratio in zip(targets, ratios, strict=True):
-        mean += (target - mean) * ratio
-        append(mean)
+    """Welford's running mean after each update: ``mean += (target - mean) * ratio``
+    (a comprehension: its append is one opcode, not a call)."""
+    out = [
+        mean := mean + (target - mean) * ratio
+        for target, ratio in zip(targets, ratios, strict=True)
+    ]
     return np.asarray(out, dtype=np.float64)
 
 
