@@ -316,3 +316,24 @@ def test_progress_counts_every_finished_request_once(
     assert all(n > 0 for n in calls)
     if workers == 1:  # in this process: told as they finish, not once at the end
         assert len(calls) > 1
+
+
+def test_updates_in_order_gathers_each_advances_rows_in_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every advance's update rows, in the order given, whatever the block size."""
+    sim = _sim(DP_CASE)
+    runs = apart._run_group(sim, list(range(len(sim.replicas))))
+    assert runs is not None
+    order = np.concatenate([np.full(len(run.advances), run.index) for run in runs])
+    order = order[np.random.default_rng(0).permutation(len(order))]
+    seen = [0] * len(runs)
+    expected = []
+    for r in order.tolist():
+        offsets = runs[r].update_offsets
+        expected.append(runs[r].updates[offsets[seen[r]] : offsets[seen[r] + 1]])
+        seen[r] += 1
+    monkeypatch.setattr(apart, "REPLAY_ADVANCES", 7)
+    blocks = list(apart._updates_in_order(runs, order))
+    assert len(blocks) == -(-len(order) // 7)
+    assert np.array_equal(np.concatenate(blocks), np.concatenate(expected))

@@ -27,7 +27,7 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -40,6 +40,8 @@ from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
 from inferplan.errors import InferplanError
 from inferplan.metrics.itl_log import ItlLog, replay_into
 from inferplan.metrics.records import RequestStatus
+from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.trace_log import StepTraceLog
 
 
 @dataclass
@@ -159,22 +161,34 @@ def try_apart(
 
 
 def _in_workers(sim: Simulation, workers: int, progress: _Progress) -> list[ReplicaRun] | None:
+    """Each replica a task of its own, in index order, for ``workers`` processes; each result
+    taken as it comes (its record rows written, ``_take_rows``), so a worker holds one
+    replica's result at a time and the parent no record column twice."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return None
-    groups = [list(range(len(sim.replicas)))[g::workers] for g in range(workers)]
-    groups = [g for g in groups if g]
     ctx = multiprocessing.get_context("fork")  # the workers inherit ``sim`` unpickled
     progress.shared = ctx.Value("q", 0)
+    own_ids = _own_ids(sim)
+    runs: list[ReplicaRun] = []
     with ProcessPoolExecutor(
-        len(groups), mp_context=ctx, initializer=_adopt, initargs=(sim, progress)
+        min(workers, len(sim.replicas)),
+        mp_context=ctx,
+        initializer=_adopt,
+        initargs=(sim, progress),
     ) as ex:
-        futures = [ex.submit(_run_adopted, group) for group in groups]
-        while wait(futures, timeout=POLL_S, return_when=FIRST_EXCEPTION).not_done:
+        pending = {ex.submit(_run_adopted, [index]) for index in range(len(sim.replicas))}
+        while pending:
+            done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
             progress.poll()
-        parts = [future.result() for future in futures]
-    if any(part is None for part in parts):
-        return None
-    return sorted((run for part in parts if part for run in part), key=lambda run: run.index)
+            for part in (future.result() for future in done):
+                if part is None:  # a stuck replica: the interleaved run says why
+                    for future in pending:
+                        future.cancel()
+                    return None
+                for run in part:
+                    _take_rows(sim, run, own_ids[run.index])
+                runs.extend(part)
+    return sorted(runs, key=lambda run: run.index)
 
 
 # A worker process's own copy of the simulation and the parent's progress counter (fork).
@@ -196,13 +210,10 @@ def _run_group(
     """Run each replica of ``group`` alone to its end; None where one is stuck (the
     interleaved run then says why). Finished requests are counted in ``progress``."""
     progress = _Progress(None) if progress is None else progress
-    assert sim.own_arrivals is not None
-    routed = np.asarray(sim._routed_at_arrival, dtype=bool)
-    replica_of = sim.own_arrivals.replica_of
+    own_ids = _own_ids(sim)
     runs = []
     for index in group:
-        ids = np.flatnonzero(routed & (replica_of == index))
-        run = _run_alone(sim, sim.replicas[index], ids.tolist(), progress)
+        run = _run_alone(sim, sim.replicas[index], own_ids[index].tolist(), progress)
         if run is None:
             return None
         runs.append(run)
@@ -217,44 +228,50 @@ def _run_alone(
     own, rec = sim.own_arrivals, sim.records
     assert own is not None
     times: list[float] = rec.dispatch_s[ids].tolist()
-    itl = ItlLog()
-    replica.itl = itl
+    itl = _log_metrics(replica)
     start_s: list[float] = []
     end_s: list[float] = []
     has_work: list[bool] = []
     num_routed: list[int] = []
     offsets: list[int] = []
+    index, add, advance = replica.index, replica.add_request, sim._advance_once
     pos, num, unreported = 0, len(ids), 0
+    busy = replica.has_work
     while True:
-        if pos < num and (
-            not replica.has_work or times[pos] <= replica.now + same_time_s(replica.now)
-        ):
-            if not replica.has_work:
+        while pos < num:  # the arrivals due at its clock, as ``Simulation.run`` routes them
+            if not busy:
                 replica.now = max(replica.now, times[pos])
-            own.note_routed(ids[pos], replica.index)
-            replica.add_request(ids[pos])
+            elif times[pos] > replica.now + 1e-9 * (replica.now + 1.0):  # ``same_time_s``
+                break
+            own.note_arrived(index)
+            add(ids[pos])
             pos += 1
-            continue
-        if not replica.has_work:
+            busy = replica.has_work
+        if not busy:
             break
         steps, now = replica.num_steps, replica.now
         start_s.append(now)
         num_routed.append(pos)
         offsets.append(itl.num_updates)
-        sim._advance_once(replica, times[pos] if pos < num else math.inf)
+        advance(replica, times[pos] if pos < num else math.inf)
         if replica.num_steps == steps and replica.now == now and not len(replica.running):
             return None  # stuck (``Simulation._stuck``)
+        busy = replica.has_work
         end_s.append(replica.now)
-        has_work.append(replica.has_work)
-        unreported += len(replica.on_finish)
-        if unreported >= PROGRESS_EVERY:
-            progress.add(unreported)
-            unreported = 0
-        replica.on_finish.clear()
+        has_work.append(busy)
+        finished = replica.on_finish
+        if finished:
+            unreported += len(finished)
+            finished.clear()
+            if unreported >= PROGRESS_EVERY:
+                progress.add(unreported)
+                unreported = 0
     replica.running.rows.flush_itl()
     offsets.append(itl.num_updates)
+    if isinstance(replica.trace, StepTraceLog):
+        replica.trace.settle()
     return ReplicaRun(
-        index=replica.index,
+        index=index,
         columns=_record_rows(sim, ids),
         trace=replica.trace,
         cache=replica.pool.cache,
@@ -266,6 +283,17 @@ def _run_alone(
         update_offsets=np.asarray(offsets, dtype=np.int64),
         advances=AdvanceLog(start_s, end_s, has_work, num_routed),
     )
+
+
+def _log_metrics(replica: Replica) -> ItlLog:
+    """Point ``replica``'s ITL histogram and KV trace at logs (``metrics/itl_log.py``,
+    ``metrics/trace_log.py``); its ITL log."""
+    itl = ItlLog()
+    replica.itl = itl
+    trace = replica.trace
+    if trace.num_records == 0 and type(trace) is StepTrace:
+        replica.trace = StepTraceLog(trace.total_blocks, max_points=trace.max_points)
+    return itl
 
 
 # Columns the run does not write, or writes outside a replica (the arrival, in ``_merge``).
@@ -283,6 +311,22 @@ def _record_rows(sim: Simulation, ids: list[int]) -> dict[str, npt.NDArray[Any]]
     return out
 
 
+def _own_ids(sim: Simulation) -> list[npt.NDArray[np.int64]]:
+    """Per replica, the requests routed to it (``RoutedArrivals``' plan), in arrival order."""
+    assert sim.own_arrivals is not None
+    routed = np.flatnonzero(np.asarray(sim._routed_at_arrival, dtype=bool))
+    replica_of = sim.own_arrivals.replica_of[routed]
+    return [routed[replica_of == index] for index in range(len(sim.replicas))]
+
+
+def _take_rows(sim: Simulation, run: ReplicaRun, ids: npt.NDArray[np.int64]) -> None:
+    """Write ``run``'s record rows (its requests ``ids``) into ``sim``'s records, and drop
+    them from ``run``."""
+    for name, values in run.columns.items():
+        getattr(sim.records, name)[ids] = values
+    run.columns = {}
+
+
 def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
     """The interleaved run's result from the replicas' runs, or None where the event loop
     would not have run them so (``loop_order``) or the ITL counts are not integral."""
@@ -298,15 +342,13 @@ def _merge(sim: Simulation, runs: list[ReplicaRun]) -> SimulationResult | None:
     rec = sim.records
     rec.arrival_s[:] = rec.dispatch_s  # every request reaches the server at its send time
     rec.status[~routed] = int(RequestStatus.REJECTED)
-    sim.num_done = int(np.count_nonzero(~routed))
+    sim.num_done = rec.num_requests
+    own_ids = _own_ids(sim)
     for run in runs:
-        ids = np.flatnonzero(routed & (sim.own_arrivals.replica_of == run.index))
-        for name, values in run.columns.items():
-            getattr(rec, name)[ids] = values
+        _take_rows(sim, run, own_ids[run.index])
         replica = sim.replicas[run.index]
         replica.trace, replica.pool.cache = run.trace, run.cache
         replica.num_steps, replica.idle_slot_steps = run.num_steps, run.idle_slot_steps
-        sim.num_done += len(ids)
     sim.next_request = rec.num_requests
     counts = np.sum([run.counts for run in runs], axis=0)
     replay_into(sim.itl, counts, _updates_in_order(runs, order))
@@ -320,21 +362,23 @@ def _updates_in_order(
     runs: list[ReplicaRun], order: npt.NDArray[np.int64]
 ) -> Iterator[npt.NDArray[np.float64]]:
     """Every replica's ITL update rows, advance by advance in the loop's ``order``, in
-    blocks of ``REPLAY_ADVANCES`` advances (so the parent holds one block's copy at a time)."""
-    updates = np.concatenate([run.updates for run in runs])
-    base = np.cumsum([0] + [len(run.updates) for run in runs])[:-1]
-    # Per replica, its advances' first and end rows in ``updates``.
-    firsts = [start + run.update_offsets[:-1] for start, run in zip(base, runs, strict=True)]
-    ends = [start + run.update_offsets[1:] for start, run in zip(base, runs, strict=True)]
-    # The ``j``-th advance of replica ``r`` in the loop's order is its own ``j``-th.
-    first = np.empty(len(order), dtype=np.int64)
-    end = np.empty(len(order), dtype=np.int64)
-    for r in range(len(runs)):
-        mine = order == r
-        first[mine], end[mine] = firsts[r], ends[r]
+    blocks of ``REPLAY_ADVANCES`` advances (so the parent holds one block's copy at a time).
+    A block's advances of one replica are consecutive in its own log, so their rows are one
+    slice of its updates: the slices are joined, then put in the loop's order."""
+    taken = [0] * len(runs)  # per replica, its advances in earlier blocks
     for block in range(0, len(order), REPLAY_ADVANCES):
-        lo, hi = first[block : block + REPLAY_ADVANCES], end[block : block + REPLAY_ADVANCES]
-        sizes = hi - lo
+        part = order[block : block + REPLAY_ADVANCES]
+        first = np.empty(len(part), dtype=np.int64)  # per advance, its first row in ``joined``
+        sizes = np.empty(len(part), dtype=np.int64)
+        slices, base = [], 0
+        for r, run in enumerate(runs):
+            mine = np.flatnonzero(part == r)
+            offsets = run.update_offsets[taken[r] : taken[r] + len(mine) + 1]
+            first[mine] = base + offsets[:-1] - offsets[0]
+            sizes[mine] = np.diff(offsets)
+            slices.append(run.updates[offsets[0] : offsets[-1]])
+            base += int(offsets[-1] - offsets[0])
+            taken[r] += len(mine)
+        joined = np.concatenate(slices)
         starts = np.cumsum(sizes) - sizes
-        rows = np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()))
-        yield updates[rows]
+        yield joined[np.repeat(first - starts, sizes) + np.arange(base)]

@@ -47,10 +47,10 @@ class RoutedArrivals:
         num_replicas: int,
     ) -> None:
         self.replica_of = replica_of
-        # Python floats: read once per stretch, where a numpy scalar costs more than the list.
-        self._times_s: list[list[float]] = [
-            dispatch_s[is_routed & (replica_of == r)].tolist() for r in range(num_replicas)
-        ]
+        self._dispatch_s, self._is_routed = dispatch_s, is_routed
+        # Python floats: read once per stretch, where a numpy scalar costs more than the list;
+        # each replica's made at its first read (replicas run apart read only their own).
+        self._times_s: list[list[float] | None] = [None] * num_replicas
         self._num_arrived = [0] * num_replicas
 
     def note_routed(self, rid: int, replica: int) -> None:
@@ -60,7 +60,15 @@ class RoutedArrivals:
             raise AssertionError(f"request {rid} routed to {replica}, planned for another")
         self._num_arrived[replica] += 1
 
+    def note_arrived(self, replica: int) -> None:
+        """One more of ``replica``'s planned arrivals was routed to it (a caller that routes
+        from the plan itself: ``engine/apart.py``)."""
+        self._num_arrived[replica] += 1
+
     def next_arrival_s(self, replica: int) -> float:
         """When the next request routed to ``replica`` arrives; inf when none is left."""
         times, pos = self._times_s[replica], self._num_arrived[replica]
+        if times is None:
+            mine = self._is_routed & (self.replica_of == replica)
+            times = self._times_s[replica] = self._dispatch_s[mine].tolist()
         return times[pos] if pos < len(times) else math.inf

@@ -149,6 +149,25 @@ def _first_past(
     return low
 
 
+def count_series_in_order(counts: npt.NDArray[np.float64], grid: BinGrid, series: Series) -> None:
+    """Add one series' bin counts to ``counts`` at once (any step sign, any weight): the bins
+    ``add`` would pick for each of its terms (``_count_below`` per crossed edge)."""
+    first_s, step_s, num_steps, weight, first_bin, last_bin = series
+    low, high = min(first_bin, last_bin), max(first_bin, last_bin)
+    if high - low <= SCALAR_EDGES:
+        previous = 0
+        edges = grid.edges_list[low:high]
+        for offset, count in enumerate(
+            [*_count_below_few(edges, first_s, step_s, num_steps), num_steps]
+        ):
+            counts[low + offset] += (count - previous) * weight
+            previous = count
+    else:
+        below = _count_below(grid.edges[low:high], first_s, step_s, num_steps)
+        bounds = np.concatenate(([0], below, [num_steps]))
+        counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
+
+
 class ItlHistogram:
     """Weighted inter-token latencies: log-binned counts plus exact weight, mean and variance."""
 
@@ -235,18 +254,9 @@ class ItlHistogram:
             if len(self._queued) >= QUEUED_SERIES:
                 self._count_queued()
         else:
-            low, high = min(first_bin, last_bin), max(first_bin, last_bin)
-            if high - low <= SCALAR_EDGES:
-                previous = 0
-                for offset, count in enumerate(
-                    [*_count_below_few(edges[low:high], first_s, step_s, num_steps), num_steps]
-                ):
-                    self._counts[low + offset] += (count - previous) * weight
-                    previous = count
-            else:
-                below = _count_below(self.grid.edges[low:high], first_s, step_s, num_steps)
-                bounds = np.concatenate(([0], below, [num_steps]))
-                self._counts[low : high + 1] += np.diff(bounds).astype(np.float64) * weight
+            count_series_in_order(
+                self._counts, self.grid, (first_s, step_s, num_steps, weight, first_bin, last_bin)
+            )
         self._queue_update((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
 
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:

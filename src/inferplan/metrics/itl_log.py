@@ -4,11 +4,18 @@
 adds one sample per running row per step), so they add up to the same floats in any order;
 its moments are a fold of the updates in call order (``metrics/moments.py``), which floats make
 order dependent in the last bits. Replicas simulated apart (``engine/apart.py``) each write an
-``ItlLog``: the counts as usual, and every moment update kept, never applied, as rows of a float
-array (``metrics/moment_rows.py``: packed every ``CHUNK`` updates, so a million requests' logs
-take tens of MB, not hundreds, and pickle as arrays). ``replay_into`` then adds the counts to
-the run's histogram and folds the rows into it in the order the interleaved event loop would
-have made them, so mean and standard deviation are the same floats as the interleaved run's.
+``ItlLog``: every moment update kept, never applied, as rows of a float array
+(``metrics/moment_rows.py``: packed every ``CHUNK`` updates, so a million requests' logs take
+tens of MB, not hundreds, and pickle as arrays). ``replay_into`` then adds the counts to the
+run's histogram and folds the rows into it in the order the interleaved event loop would have
+made them, so mean and standard deviation are the same floats as the interleaved run's.
+
+An add costs one tuple appended: a single duration's and a series' bins are counted a chunk at
+a time when the chunk is packed (``np.searchsorted`` over the edges compares the same floats as
+``add``'s ``bisect_right``; crossing series as ``series_bins.add_series_counts`` counts the
+histogram's own queue), and whether every weight was an integer is asked of the chunk's weight
+column. Where one was not, the counts are not exact in another order: ``is_integral`` says so
+and the run falls back to the interleaved one.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.histogram import ItlHistogram, count_series_in_order
 from inferplan.metrics.moment_rows import WIDTH, pack
-from inferplan.metrics.moments import Update
+from inferplan.metrics.moments import ARITHMETIC, ONE, Update
+from inferplan.metrics.series_bins import add_series_arrays
 
-CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows
+CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows (and binned)
 
 
 class ItlLog(ItlHistogram):
@@ -34,17 +42,81 @@ class ItlLog(ItlHistogram):
         self._packed: list[npt.NDArray[np.float64]] = []
         self._num_packed = 0
 
-    def _queue_update(self, update: Update) -> None:
+    def add(self, duration_s: float, weight: float = 1.0) -> None:
+        """``ItlHistogram.add``: the same checks; binned when its chunk is packed."""
+        if not duration_s >= 0.0:
+            raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
+        if weight <= 0.0:
+            return
         pending = self._pending
-        pending.append(update)
+        pending.append((ONE, duration_s, weight))
         if len(pending) >= CHUNK:
+            self._pack()
+
+    def add_arithmetic(
+        self, first_s: float, step_s: float, num_steps: int, weight: float = 1.0
+    ) -> None:
+        """``ItlHistogram.add_arithmetic``: the same checks; binned when its chunk is packed."""
+        if num_steps <= 0 or weight <= 0.0:
+            return
+        last_s = first_s + (num_steps - 1) * step_s
+        if not (first_s >= 0.0 and last_s >= 0.0):
+            raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
+        pending = self._pending
+        pending.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
+        if len(pending) >= CHUNK:
+            self._pack()
+
+    def _queue_update(self, update: Update) -> None:  # ``add_many``'s (binned at its call)
+        self._pending.append(update)
+        if len(self._pending) >= CHUNK:
             self._pack()
 
     def _pack(self) -> None:
         if self._pending:
-            self._packed.append(pack(self._pending))
+            rows = pack(self._pending)
+            self._bin(rows)
+            self._packed.append(rows)
             self._num_packed += len(self._pending)
             self._pending = []
+
+    def _bin(self, rows: npt.NDArray[np.float64]) -> None:
+        """Add the bins of the rows' single durations and series (``add_many``'s batches were
+        binned at their call) to the counts; note a weight that is not an integer."""
+        kind, edges, counts = rows[:, 0], self.grid.edges, self._counts
+        one, series = rows[kind == ONE], rows[kind == ARITHMETIC]
+        weights = np.concatenate((one[:, 2], series[:, 4]))
+        if not np.all(np.isfinite(weights) & (weights == np.floor(weights))):
+            self._integral = False  # the counts below are then not exact in another order
+        bins = np.searchsorted(edges, one[:, 1], side="right")
+        counts += np.bincount(bins, weights=one[:, 2], minlength=len(counts))
+        first, step, num, weight, last = (series[:, i] for i in range(1, 6))
+        first_bin = np.searchsorted(edges, first, side="right")
+        last_bin = np.searchsorted(edges, last, side="right")
+        same = first_bin == last_bin
+        counts += np.bincount(
+            first_bin[same], weights=num[same] * weight[same], minlength=len(counts)
+        )
+        rising = ~same & (step > 0.0)
+        add_series_arrays(
+            counts, edges, first[rising], step[rising], num[rising].astype(np.int64),
+            weight[rising], first_bin[rising], last_bin[rising],
+        )  # fmt: skip
+        for j in np.flatnonzero(~same & ~rising).tolist():  # falling series: rare, one by one
+            count_series_in_order(
+                counts,
+                self.grid,
+                (
+                    float(first[j]), float(step[j]), int(num[j]), float(weight[j]),
+                    int(first_bin[j]), int(last_bin[j]),
+                ),
+            )  # fmt: skip
+
+    @property
+    def counts(self) -> npt.NDArray[np.float64]:
+        """Weight per bin (the pending updates binned first)."""
+        self._pack()
+        return super().counts
 
     @property
     def num_updates(self) -> int:
@@ -63,6 +135,7 @@ class ItlLog(ItlHistogram):
     @property
     def is_integral(self) -> bool:
         """Every weight so far was an integer: the counts add exactly in any order."""
+        self._pack()
         return self._integral
 
 

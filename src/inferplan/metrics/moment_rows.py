@@ -56,7 +56,8 @@ def apply_rows(moments: Moments, rows: npt.NDArray[np.float64]) -> None:
         rows = rows[1:]
         if not len(rows):
             return
-    terms = _terms(rows)
+    columns = np.ascontiguousarray(rows.T)  # one field per row: element-wise on contiguous data
+    terms = _terms(columns)
     if terms is None:
         moments.apply(unpack(rows))
         return
@@ -66,9 +67,9 @@ def apply_rows(moments: Moments, rows: npt.NDArray[np.float64]) -> None:
     ratio = weight / total
     means = _running_means(moments.mean_s, target.tolist(), ratio.tolist())
     delta = target - np.concatenate(([moments.mean_s], means[:-1]))
-    is_one = rows[:, 0] == ONE
-    one_term = (rows[:, 2] * delta) * (target - means)
-    merge_term = _part_m2(rows) + delta * delta * before * weight / total
+    is_one = columns[0] == ONE
+    one_term = (columns[2] * delta) * (target - means)
+    merge_term = _part_m2(columns) + delta * delta * before * weight / total
     m2_terms = np.where(is_one, one_term, merge_term)
     hi_err = _neumaier(moments.sum_hi_s, moments.sum_error_s, value)
     moments.total_weight = float(total[-1])
@@ -83,10 +84,11 @@ def apply_rows(moments: Moments, rows: npt.NDArray[np.float64]) -> None:
 _Terms = tuple[npt.NDArray[np.float64], ...]
 
 
-def _terms(rows: npt.NDArray[np.float64]) -> _Terms | None:
-    """Per update: its lowest and highest duration, its weighted sum, its weight and the mean
-    it pulls towards, as ``Moments.apply`` computes them; None where a duration is zero."""
-    kind, a, b, c, d, e = (rows[:, i] for i in range(6))
+def _terms(columns: npt.NDArray[np.float64]) -> _Terms | None:
+    """Per update (``columns``: the rows transposed): its lowest and highest duration, its
+    weighted sum, its weight and the mean it pulls towards, as ``Moments.apply`` computes
+    them; None where a duration is zero."""
+    kind, a, b, c, d, e = columns[:6]
     is_one, is_series = kind == ONE, kind == ARITHMETIC
     n = c
     series_mean = a + b * (n - 1.0) / 2.0
@@ -101,22 +103,22 @@ def _terms(rows: npt.NDArray[np.float64]) -> _Terms | None:
     return low, high, value, weight, target
 
 
-def _part_m2(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _part_m2(columns: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """A series' or a batch's own squared deviations (``Moments.apply``'s ``part_m2``)."""
-    kind, step, n, weight = rows[:, 0], rows[:, 2], rows[:, 3], rows[:, 4]
+    kind, step, n, weight = columns[0], columns[2], columns[3], columns[4]
     series = weight * step * step * n * (n * n - 1.0) / 12.0
-    return np.where(kind == ARITHMETIC, series, rows[:, 6])
+    return np.where(kind == ARITHMETIC, series, columns[6])
 
 
 def _running_means(
     mean: float, targets: list[float], ratios: list[float]
 ) -> npt.NDArray[np.float64]:
-    """Welford's running mean after each update: ``mean += (target - mean) * ratio``."""
-    out: list[float] = []
-    append = out.append
-    for target, ratio in zip(targets, ratios, strict=True):
-        mean += (target - mean) * ratio
-        append(mean)
+    """Welford's running mean after each update: ``mean += (target - mean) * ratio``
+    (a comprehension: its append is one opcode, not a call)."""
+    out = [
+        mean := mean + (target - mean) * ratio
+        for target, ratio in zip(targets, ratios, strict=True)
+    ]
     return np.asarray(out, dtype=np.float64)
 
 

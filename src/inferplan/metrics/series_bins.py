@@ -30,10 +30,26 @@ def add_series_counts(
     if not series:
         return
     first, step, num, weight, low, high = (np.array(col) for col in zip(*series, strict=True))
+    add_series_arrays(counts, edges, first, step, num, weight, low, high)
+
+
+def add_series_arrays(
+    counts: npt.NDArray[np.float64],
+    edges: npt.NDArray[np.float64],
+    first: npt.NDArray[np.float64],
+    step: npt.NDArray[np.float64],
+    num: npt.NDArray[np.int64],
+    weight: npt.NDArray[np.float64],
+    low: npt.NDArray[np.int64],
+    high: npt.NDArray[np.int64],
+) -> None:
+    """``add_series_counts`` of series given as columns (``Series``' fields, one array each)."""
+    if not len(first):
+        return
     num, low, high = num.astype(np.int64), low.astype(np.int64), high.astype(np.int64)
     crossed = high - low  # edges ``low .. high - 1`` lie inside each series' range
     starts = np.cumsum(crossed) - crossed
-    owner = np.repeat(np.arange(len(series)), crossed)
+    owner = np.repeat(np.arange(len(first)), crossed)
     edge = low[owner] + (np.arange(int(crossed.sum())) - starts[owner])
     below = _terms_below(edges[edge], first[owner], step[owner], num[owner])
     # Bin ``edge`` holds the terms below its upper edge and not below the one before it.

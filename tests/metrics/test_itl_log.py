@@ -1,0 +1,99 @@
+"""An ``ItlLog`` (a replica run apart) bins its adds a chunk at a time: the same counts as
+``ItlHistogram``'s adds, and its update rows fold to the same moments."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import astuple
+
+import numpy as np
+import pytest
+
+from inferplan.metrics import itl_log
+from inferplan.metrics.histogram import ItlHistogram, bin_grid
+from inferplan.metrics.itl_log import ItlLog, replay_into
+
+
+def _adds(seed: int, num: int) -> list[tuple[str, tuple]]:
+    """Adds as the engine makes them: single steps, rising and falling series that cross
+    many or no edges (steps of 1e-7 up to 4e-4 over up to 400 terms), a few batches."""
+    rng = random.Random(seed)
+    out: list[tuple[str, tuple]] = []
+    for _ in range(num):
+        weight = float(rng.randint(1, 64))
+        kind = rng.random()
+        if kind < 0.35:
+            out.append(("add", (rng.uniform(1e-4, 0.05), weight)))
+        elif kind < 0.95:
+            first = rng.uniform(2e-3, 0.05)
+            step = rng.choice([1e-7, -1e-7, 4e-6, -4e-6, 4e-4])
+            n = rng.randint(1, 400) if step > -1e-6 else rng.randint(1, 4)
+            out.append(("add_arithmetic", (first, step, n, weight)))
+        else:
+            values = np.asarray([rng.uniform(1e-3, 0.05) for _ in range(5)])
+            out.append(("add_many", (values, weight)))
+    return out
+
+
+def _both(adds: list[tuple[str, tuple]]) -> tuple[ItlHistogram, ItlLog]:
+    hist, log = ItlHistogram(), ItlLog()
+    for name, args in adds:
+        getattr(hist, name)(*args)
+        getattr(log, name)(*args)
+    return hist, log
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_log_counts_and_moments_equal_the_histograms(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(itl_log, "CHUNK", 97)  # many chunks
+    hist, log = _both(_adds(seed, 2000))
+    assert log.is_integral
+    assert log.num_updates == 2000
+    assert np.array_equal(log.counts, hist.counts)
+    rebuilt = ItlHistogram()
+    replay_into(rebuilt, log.counts, [log.rows()[:700], log.rows()[700:]])
+    assert np.array_equal(rebuilt.counts, hist.counts)
+    assert astuple(rebuilt._settled()) == astuple(hist._settled())
+
+
+def test_falling_series_across_edges_count_as_the_histogram() -> None:
+    adds = [("add_arithmetic", (0.01 + 3e-4 * i, -3e-5, 50, 2.0)) for i in range(40)]
+    hist, log = _both(adds)
+    assert np.array_equal(log.counts, hist.counts)
+    assert np.count_nonzero(hist.counts) > 40  # they cross edges
+
+
+@pytest.mark.parametrize("name", ["add", "add_arithmetic"])
+def test_a_fractional_weight_is_seen(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(itl_log, "CHUNK", 50)
+    adds = [(n, a) for n, a in _adds(5, 400) if n != "add_many"]
+    _, whole = _both(adds)
+    assert whole.is_integral
+    at = next(i for i, (n, _) in enumerate(adds) if n == name)
+    adds[at] = (name, (*adds[at][1][:-1], 2.5))
+    _, log = _both(adds)
+    assert not log.is_integral
+
+
+def test_durations_on_bin_edges_count_as_the_histogram() -> None:
+    edges = bin_grid().edges_list
+    adds: list[tuple[str, tuple]] = [("add", (edges[i], 1.0)) for i in range(2000, 3000, 7)]
+    adds += [
+        ("add_arithmetic", (edges[i], edges[i + 1] - edges[i], 3, 2.0)) for i in range(2000, 2100)
+    ]
+    adds += [("add_arithmetic", (edges[i], 1e-7, 1, 1.0)) for i in range(2000, 2100)]  # last on one
+    hist, log = _both(adds)
+    assert np.array_equal(log.counts, hist.counts)
+
+
+def test_log_checks_as_the_histogram() -> None:
+    log = ItlLog()
+    with pytest.raises(ValueError):
+        log.add(-1e-3)
+    with pytest.raises(ValueError):
+        log.add_arithmetic(1e-3, -1e-3, 5)  # its last term is negative
+    log.add(1e-3, 0.0)
+    log.add_arithmetic(1e-3, 1e-4, 0)
+    assert log.num_updates == 0 and log.counts.sum() == 0.0
