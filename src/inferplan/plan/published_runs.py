@@ -63,7 +63,7 @@ from inferplan.plan.served import (
     with_overlap_schedule,
     with_vllm_configs,
 )
-from inferplan.plan.trtllm_bench import trtllm_bench_limits
+from inferplan.plan.trtllm_bench import stated_attention_dp, trtllm_bench_limits
 from inferplan.plan.trtllm_serve import (
     chunked_prefill,
     is_trtllm_serve,
@@ -123,7 +123,7 @@ _TRTLLM_WINDOWLESS_FAMILIES = ("mistral", "mixtral")
 
 def _parallelism(row: PublishedRow) -> Parallelism:
     ep = row.ep or int(row.settings.get("ep_size", "1") or 1)
-    if dp_attention(row):  # attention data-parallel over the group, experts across it
+    if dp_attention(row) or stated_attention_dp(row):  # attention DP over the group, EP across it
         return Parallelism(tp=1, pp=row.pp, dp=row.tp, enable_expert_parallel=True)
     return Parallelism(tp=row.tp, pp=row.pp, enable_expert_parallel=ep > 1)
 

@@ -1,7 +1,9 @@
 """``trtllm-bench``'s own engine limits for a published offline row: its ``max_batch_size`` and
 ``max_num_tokens`` heuristic (``tensorrt_llm/bench/build/tuning.py``), which sizes the KV cache
 from a generic multi-head formula and the checkpoint's parameter count on the reported memory,
-and the padded decode CUDA graphs its perf-overview runs configure (``perf/cudagraph.py``)."""
+and the padded decode CUDA graphs its perf-overview runs configure (``perf/cudagraph.py``).
+Two readings of those runs are built but off (``docs/validation.md``, ``trtput3``): the packed
+parameter count of NVFP4 checkpoints, and the v1.0 MoE rows as DEP."""
 
 from __future__ import annotations
 
@@ -15,9 +17,19 @@ from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.params import count_params
 
+# Both measured and left off (docs/validation.md, `trtput3`): cross-validated together they
+# lower the median and p90 of the 770 rows but make H200, gpt-oss, DeepSeek and Llama 4 worse.
+PACKED_PARAM_COUNT = False  # count NVFP4 weights as the checkpoint stores them (bench_param_count)
+READ_STATED_ATTENTION_DP = False  # v1.0 MoE rows as DEP (stated_attention_dp)
+
 
 def _bytes_per_value(dtype: str) -> float:
     return {"nvfp4": 0.5, "mxfp4": 0.5, "fp8": 1.0}.get(dtype, 2.0)
+
+
+# NVFP4 checkpoints store two 4-bit values in one ``U8`` element and one FP8 scale per 16
+# values: a quantized linear weight of ``n`` values is ``n / 2 + n / 16`` stored elements.
+_NVFP4_ELEMENTS_PER_VALUE = 0.5 + 1 / 16
 
 
 @cache
@@ -30,12 +42,29 @@ def _bench_model_facts(model: str) -> tuple[int, int, int, int]:
     return layers, att.num_kv_heads, att.head_dim, count_params(spec).total
 
 
+@cache
+def bench_param_count(model: str, weights_dtype: str) -> float:
+    """The parameter count ``trtllm-bench`` sizes the engine with: the sum of the checkpoint's
+    safetensors elements (``bench/build/dataclasses.py`` ``get_param_count``:
+    ``parameter_count`` of the safetensors metadata). An NVFP4 (ModelOpt) checkpoint packs its
+    linear weights (attention, dense MLP, experts; not the embedding, router, norms or
+    ``lm_head``), so it counts about 0.56 elements for each of their values, and its engine
+    looks about half its real size to the ``max_batch_size`` heuristic; other formats store
+    one element per value."""
+    params = count_params(load_model(model))
+    if weights_dtype != "nvfp4":
+        return float(params.total)
+    packed = params.attention + params.dense_mlp + params.routed_experts + params.shared_experts
+    return params.total - packed + packed * _NVFP4_ELEMENTS_PER_VALUE
+
+
 def trtllm_bench_limits(
     row: PublishedRow, model: str, kv_bytes: float, fraction: float
 ) -> tuple[int, int]:
     """``trtllm-bench``'s (max_batch_size, max_num_tokens) for fixed lengths without chunked
     context (its ``tuning.py`` heuristic, on the device's reported total)."""
-    layers, kv_heads, head_dim, params = _bench_model_facts(model)
+    layers, kv_heads, head_dim, total = _bench_model_facts(model)
+    params = bench_param_count(model, row.weights_dtype) if PACKED_PARAM_COUNT else total
     isl, osl = row.input_len or 1, row.output_len or 1
     kv_gib_per_token = 2 * layers * max(row.tp, kv_heads) * head_dim * kv_bytes / GIB
     weights_gib = params * _bytes_per_value(row.weights_dtype) / GIB
@@ -56,6 +85,18 @@ def trtllm_bench_limits(
     else:
         max_tokens = 1024 * math.ceil(tokens / 1024)
     return max_batch, max(max_tokens, isl + max_batch)
+
+
+def stated_attention_dp(row: PublishedRow) -> bool:
+    """Whether a ``trtllm-bench`` row's published ``llm_options`` turn attention DP on where its
+    table gives only ``TPn`` (TensorRT-LLM v1.0's MoE rows: the perf overview's MoE command is
+    ``--tp $tp_size --ep $ep_size`` with ``enable_attention_dp: true`` in its ``llm_options.yml``,
+    printed inside ``cuda_graph_config``; ``published.md``). Read as DEP: attention data-parallel
+    over the TP group, experts across it. Needs more than one GPU in the group; False while
+    ``READ_STATED_ATTENTION_DP`` is off."""
+    stated = row.settings.get("enable_attention_dp", "").startswith("true")
+    bench = row.settings.get("harness") == "trtllm-bench throughput"
+    return READ_STATED_ATTENTION_DP and stated and row.tp > 1 and bench
 
 
 def bench_graphs(row: PublishedRow, plan: MemoryPlan) -> CudaGraphs | None:
