@@ -440,7 +440,9 @@ def offload_summary(offloads: list[KvOffload], horizon_s: float) -> dict[str, An
                 ),
             }
         )
-    moved = sum(sum(o.written_bytes) + sum(o.read_bytes) for o in offloads)
+    moved = 0.0  # a loop: mypyc's compiled ``sum`` of float sums expected an int
+    for o in offloads:
+        moved += sum(o.written_bytes, 0.0) + sum(o.read_bytes, 0.0)
     avoided = sum(o.reloaded_tokens for o in offloads)
     edges = np.linspace(0.0, horizon_s, SERIES_BINS + 1) if horizon_s > 0 else np.zeros(1)
     write = np.mean([_busy_fraction(o.write_busy, edges) for o in offloads], axis=0)

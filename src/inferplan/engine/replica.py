@@ -415,8 +415,8 @@ class Replica:
         if self.pool.cache is None:
             self.pool.free += int(_sum(run.held_blocks[rows]))
         else:
-            held_blocks, computed = run.held_blocks[rows].tolist(), run.num_computed[rows].tolist()
-            for rid, held, done in zip(ids.tolist(), held_blocks, computed, strict=True):
+            held_blocks, done_rows = run.held_blocks[rows].tolist(), run.num_computed[rows].tolist()
+            for rid, held, done in zip(ids.tolist(), held_blocks, done_rows, strict=True):
                 self.scheduler.release_blocks(rid, held, done)
         run.drop(rows)
         self.on_finish.extend(ids.tolist())

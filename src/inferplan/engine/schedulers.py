@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -81,13 +81,15 @@ class StepDecision:
 class Scheduler:
     """vLLM v1's scheduler (see the module docstring); the other engines override its hooks."""
 
-    whole_prompts = False  # prompts are never chunked (scheduled whole or not at all)
-    reserves_whole_request = False  # admission reserves prompt + output for the whole run
-    can_preempt = True
-    counts_idle_slots = False  # static batching: slots of finished batch members stay idle
-    vector_step = True  # the replica may run the all-decode-plus-admissions step in vector form
+    # The engine's traits, ClassVars: the simulator and its setup read them from the class
+    # (``simsetup.check_config``, ``Simulation._chains_apply``).
+    whole_prompts: ClassVar[bool] = False  # prompts are never chunked (whole or not at all)
+    reserves_whole_request: ClassVar[bool] = False  # admission reserves prompt + output
+    can_preempt: ClassVar[bool] = True
+    counts_idle_slots: ClassVar[bool] = False  # static batching: finished members' slots idle
+    vector_step: ClassVar[bool] = True  # the all-decode-plus-admissions step in vector form
     admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
-    pops_last_admitted = True  # preemption victims: the last admitted (the vector step's order)
+    pops_last_admitted: ClassVar[bool] = True  # preemption victims: the last admitted
     offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
     # Speculative decoding (``engine/speculation.py``), set by the replica: a decoding row is
     # scheduled for its ``k`` drafts too, and a running row's blocks cover ``k`` lookahead slots.

@@ -59,13 +59,20 @@ each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The r
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inferplan.engine.schedulers import Scheduler, StepDecision
+from inferplan.engine.schedulers import IntArray, Scheduler, StepDecision, Swapped
 from inferplan.engine.sglang_lpm import LPM_MAX_WAITING, lpm_order
 from inferplan.memory.radixcache import RadixCache
+
+if TYPE_CHECKING:
+    from inferplan.engine.policies import WaitingQueue
+    from inferplan.engine.replica import SchedulerConfig
+    from inferplan.engine.running import RunningSet
+    from inferplan.memory.blockpool import BlockPool
+    from inferplan.metrics.records import RequestRecords
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py CLIP_MAX_NEW_TOKENS
 # SGLang 0.5.4 ``global_config.py``: default_init_new_token_ratio 0.7,
@@ -112,8 +119,18 @@ class SglangScheduler(Scheduler):
     batch_size_seen = 0
     scheduled = False  # ``schedule`` ran since the last ``note_steps`` (else: a stretch)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # The parameters spelled out: mypyc's compiled ``super().__init__(*args)`` misreads them.
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        running: RunningSet,
+        waiting: WaitingQueue,
+        swapped: Swapped,
+        pool: BlockPool,
+        records: RequestRecords,
+        prompt_tokens: IntArray,
+    ) -> None:
+        super().__init__(cfg, running, waiting, swapped, pool, records, prompt_tokens)
         self.ratio_init, self.ratio_floor, self.ratio_decay = new_token_ratios(
             self.cfg.schedule_conservativeness
         )

@@ -52,7 +52,9 @@ from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
 
-def same_time_s(now: float) -> float:
+# ``now``: a clock reading or an array of them (``loop_order.reach_of``, ``thrashrun``), so
+# not ``float``, which a compiled (mypyc) function would check.
+def same_time_s(now: Any) -> Any:
     """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
     Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
     differs in the last bits (a rounding error that grows with the time elapsed since the
