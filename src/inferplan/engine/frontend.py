@@ -223,6 +223,15 @@ def seen_result(
     return replace(result, records=records, duration_s=duration_s), times
 
 
+def on_client_clock(result: SimulationResult, records: RequestRecords) -> SimulationResult:
+    """``result`` with ``records`` (their arrivals and dispatches as the client sent them), its
+    duration from the first dispatch to the last finish."""
+    ends = records.finish_s[np.isfinite(records.finish_s)]
+    start = float(records.dispatch_s.min()) if records.num_requests else 0.0
+    duration = float(ends.max()) - start if ends.size else 0.0
+    return replace(result, records=records, duration_s=duration)
+
+
 def shift_itl(summary: dict[str, object], times: FrontEndTimes | None) -> dict[str, object]:
     """``summary`` with its ITL mean, median and p99 moved by what the front end adds to the
     evenly spread gaps (never below 0)."""

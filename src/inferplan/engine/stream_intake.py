@@ -31,6 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from inferplan.engine.frontend import on_client_clock
 from inferplan.engine.session import ServingOptions, served_workload, simulation_config
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.plan import MemoryPlan
@@ -140,8 +141,4 @@ def simulate_gated(
     served = served_workload(workload, options, sim_cfg)
     result = GatedSimulation(served, sim_cfg, model, per_token_s, cost_s).run()
     rec = result.records
-    records = replace(rec, arrival_s=rec.dispatch_s.copy())
-    ends = records.finish_s[np.isfinite(records.finish_s)]
-    start = float(records.dispatch_s.min()) if records.num_requests else 0.0
-    duration = float(ends.max()) - start if ends.size else 0.0
-    return replace(result, records=records, duration_s=duration)
+    return on_client_clock(result, replace(rec, arrival_s=rec.dispatch_s.copy()))

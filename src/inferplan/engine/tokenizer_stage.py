@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from inferplan.engine.frontend import FrontEnd, fcfs_finish
+from inferplan.engine.frontend import FrontEnd, fcfs_finish, on_client_clock
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.engine.simulator import SimulationResult
 from inferplan.engine.stream_intake import applies, simulate_gated
@@ -85,10 +85,7 @@ def at_client_times(result: SimulationResult, delays: FloatArray) -> SimulationR
         return result
     rec = result.records
     records = replace(rec, arrival_s=rec.arrival_s - delays, dispatch_s=rec.dispatch_s - delays)
-    ends = records.finish_s[np.isfinite(records.finish_s)]
-    start = float(records.dispatch_s.min()) if records.num_requests else 0.0
-    duration = float(ends.max()) - start if ends.size else 0.0
-    return replace(result, records=records, duration_s=duration)
+    return on_client_clock(result, records)
 
 
 def simulate_tokenized(
