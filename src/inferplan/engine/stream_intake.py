@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from inferplan.engine.frontend import on_client_clock
+from inferplan.engine.replica import Replica
 from inferplan.engine.session import ServingOptions, served_workload, simulation_config
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.memory.plan import MemoryPlan
@@ -110,10 +111,22 @@ class GatedSimulation(Simulation):
         super().__init__(workload, cfg, model)
         sends = np.asarray(self._arrival_s, dtype=np.float64)
         self.gate = IntakeGate(sends, np.asarray(cost_s, dtype=np.float64), per_token_s)
+        self.collected_tokens = 0  # output tokens of the finished requests collected so far
+
+    def _collect(self, replica: Replica) -> int:
+        """Count the finished requests' tokens once, as they are collected (a running total
+        instead of summing every record at each count)."""
+        if replica.on_finish:
+            self.collected_tokens += int(self.records.output_tokens[replica.on_finish].sum())
+        return super()._collect(replica)
 
     def _emitted(self) -> int:
+        """Tokens emitted so far: the finished requests' (collected, and those finished since
+        the last collection) and the running ones'."""
         replica = self.replicas[0]
-        return int(self.records.output_tokens.sum()) + int(replica.running.num_generated.sum())
+        pending = int(self.records.output_tokens[replica.on_finish].sum())
+        running = int(replica.running.num_generated.sum())
+        return self.collected_tokens + pending + running
 
     def _next_arrival_s(self) -> float:
         if self.next_request >= self.workload.num_requests:
