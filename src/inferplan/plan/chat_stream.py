@@ -33,13 +33,14 @@ a jinja-templated model shows (DeepSeek-R1, GLM-4.5-Air, GLM-4.6, Qwen3-14B/32B/
 all seven). gpt-oss is rendered and parsed by ``openai_harmony`` (``use_harmony``): its first
 output's header tokens (``<|channel|>``, the channel name) have no channel yet, so their delta
 is ``None`` and no chunk follows the role chunk; no zero gap, but the first two token gaps reach
-the client as one (its ``128/4`` runs show 1.50-1.61: two samples over three gaps). Every
-gpt-oss run's published ITL p99 is twice its ITL median (1.96-2.13 on all 19 random-prompt
-runs, A100 and H100, TP1 and TP2): the merged gap is one sample in a request's 100-200, so the
-99th percentile lands on it. ``with_merged_gaps`` takes two gaps out of each completed request
-of three or more tokens and puts one of twice a gap in (below). Later header runs
-(``<|end|><|start|>assistant<|channel|>final<|message|>``, where the analysis channel ends
-within ``max_tokens``) merge more; not modelled.
+the client as one (its ``128/4`` runs show 1.50-1.61: two samples over three gaps). Most
+gpt-oss runs' published ITL p99 is about twice their ITL median (1.89-2.07 on 14 of the 20
+random-prompt rows, A100 and H100, TP1 and TP2): the merged gap is one sample in a request's
+100-200, so the 99th percentile lands on it. ``with_merged_gaps`` takes two gaps out of
+each completed request of three or more tokens and puts one of twice a gap in (below; it
+reaches the ``128/4`` runs' p99, not yet the longer runs', docs/validation.md ``vllm6``).
+Later header runs (``<|end|><|start|>assistant<|channel|>final<|message|>``, where the
+analysis channel ends within ``max_tokens``) merge more; not modelled.
 """
 
 from __future__ import annotations
