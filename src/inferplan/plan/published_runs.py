@@ -19,12 +19,12 @@ with its engine's memory rule and limits, and one of two predictions:
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
-lengths lognormal (sigma 1) with the published means; ``random`` inputs at the published mean.
+lengths lognormal (sigma 1) with the published means (vLLM's drawn at exactly those means:
+``sharegpt.at_means``); ``random`` inputs at the published mean.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -39,12 +39,17 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.summary import summarize
-from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
-from inferplan.plan.chat_stream import empty_chunks, with_empty_chunks
+from inferplan.plan.chat_stream import (
+    empty_chunks,
+    merged_gaps,
+    with_empty_chunks,
+    with_merged_gaps,
+)
+from inferplan.plan.closed_form import steady_state_throughput
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -63,6 +68,7 @@ from inferplan.plan.served import (
     with_overlap_schedule,
     with_vllm_configs,
 )
+from inferplan.plan.sharegpt import at_means
 from inferplan.plan.trtllm_bench import stated_attention_dp, trtllm_bench_limits
 from inferplan.plan.trtllm_serve import (
     chunked_prefill,
@@ -206,63 +212,6 @@ def memory_plan(setup: RunSetup) -> MemoryPlan:
     return plan_memory(spec, load_gpu(setup.gpu), setup.par, setup.memory)
 
 
-def _prefill_batch(num: int, tokens: int, decodes: int, context: int) -> StepBatch:
-    return StepBatch(
-        prefill_tokens=num * tokens,
-        prefill_attention_pairs=num * chunk_attention_pairs(tokens, 0),
-        num_prefill_seqs=num,
-        num_decode_seqs=decodes,
-        decode_context_tokens=decodes * context,
-    )
-
-
-def _wave_s(step: StepTimeModel, batch: int, per_step: int, isl: int, osl: int) -> float:
-    """One wave of ``batch`` requests: its prefill steps, then ``osl - 1`` decode steps."""
-    # Full prefill steps carry 0, k, 2k, ... decodes: their times are close to affine in that
-    # count, so the midpoint step times their number (exact for an affine step time).
-    per_step = min(per_step, batch)
-    full, rest = divmod(batch, per_step)
-    wave_s = 0.0
-    if full:
-        middle = per_step * (full - 1) // 2
-        wave_s += full * step.step_time(_prefill_batch(per_step, isl, middle, isl + 1)).total_s
-    if rest:
-        wave_s += step.step_time(_prefill_batch(rest, isl, full * per_step, isl + 1)).total_s
-    if osl > 1:
-        decode = StepBatch(num_decode_seqs=batch, decode_context_tokens=batch * (isl + osl // 2))
-        wave_s += (osl - 1) * step.step_time(decode).total_s
-    return wave_s
-
-
-def steady_state_throughput(
-    plan: MemoryPlan, step: StepTimeModel, isl: int, osl: int, num_requests: int
-) -> tuple[float, float] | None:
-    """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits.
-
-    ``num_requests`` run in waves of ``B`` (every slot serves its requests one after another);
-    the last ``num_requests mod B`` make a smaller wave of their own, which still pays every
-    step's fixed costs (weights read, host overheads) for ``osl`` steps.
-
-    Under pipeline parallelism ``max_batch_size`` and ``max_num_tokens`` bound one micro-batch:
-    ``trtllm-bench`` divides the KV-cache's request count by ``pp`` to get ``max_batch_size``
-    (``bench/build/tuning.py``), and the PyTorch executor keeps ``pp`` micro-batches in flight,
-    sizing its sequence slots and capacity scheduler at ``max_batch_size * pp_size``
-    (``_torch/pyexecutor/py_executor_creator.py``, ``_util.py``). So ``B`` and the prompts
-    admitted per step (one micro-batch per stage) are ``pp`` times the per-micro-batch limits."""
-    cfg = plan.config
-    pp = plan.parallelism.pp
-    blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
-    batch = min(cfg.max_num_seqs * pp, num_requests, plan.num_blocks // blocks_per_request)
-    if batch < 1:
-        return None
-    per_step = max(1, min(batch, pp * (cfg.max_num_batched_tokens // max(isl, 1))))
-    waves, last = divmod(num_requests, batch)
-    total_s = waves * _wave_s(step, batch, per_step, isl, osl)
-    if last:
-        total_s += _wave_s(step, last, per_step, isl, osl)
-    return num_requests * osl / total_s, num_requests / total_s
-
-
 def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     mean_in = row.input_len_mean or float(row.input_len or 1)
     mean_out = row.output_len_mean or float(row.output_len or 1)
@@ -270,6 +219,8 @@ def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.
         cap = SHAREGPT_MAX_TOKENS
         inputs = synthetic.lognormal_lengths(num, mean_in, SHAREGPT_SIGMA, cap, rng)
         outputs = synthetic.lognormal_lengths(num, mean_out, SHAREGPT_SIGMA, cap, rng)
+        if row.engine == "vllm":  # the run's own means (``sharegpt.at_means``)
+            return at_means(inputs, outputs, mean_in, mean_out, cap)
         return inputs, outputs
     return (
         np.full(num, max(1, round(mean_in)), dtype=np.int64),
@@ -346,13 +297,14 @@ def simulate_run(
 
 
 def served_summary(
-    result: SimulationResult, fe: FrontEnd, empty_chunks: int = 0
+    result: SimulationResult, fe: FrontEnd, empty_chunks: int = 0, merged_gaps: int = 0
 ) -> dict[str, object]:
     """The summary of a simulated run as the client sees it behind ``fe``; ``empty_chunks``:
-    ITL gaps of about zero each completed request's stream adds (``chat_stream.py``)."""
+    ITL gaps of about zero each completed request's stream adds, ``merged_gaps``: its token
+    gaps the stream delivers as one sample (``chat_stream.py``)."""
     records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
     done = int(np.count_nonzero(records.status == RequestStatus.COMPLETED))
-    itl = with_empty_chunks(result.itl, done, empty_chunks)
+    itl = with_merged_gaps(with_empty_chunks(result.itl, done, empty_chunks), records, merged_gaps)
     summary = summarize(records, itl, duration_s=duration_s)
     if not summary.get("completed"):
         raise InferplanError(
@@ -386,7 +338,8 @@ def predict_run(
     if not setup.closed_form:
         fe = frontend if frontend is not None else row_frontend(first)
         result = simulate_run(rows, efficiency, quick, fe)
-        return metric_values(rows, served_summary(result, fe, empty_chunks(first)))
+        stream = served_summary(result, fe, empty_chunks(first), merged_gaps(first))
+        return metric_values(rows, stream)
     plan = memory_plan(setup)
     step = run_step_model(first, setup, plan, efficiency)
     isl = first.input_len or 1

@@ -1,0 +1,88 @@
+"""vLLM's harmony stream (gpt-oss) merges a request's first token gaps into one ITL sample
+(plan/chat_stream.py ``with_merged_gaps``), and vLLM's ShareGPT runs are drawn at the means
+they published (plan/sharegpt.py ``at_means``, plan/run_workload.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.records import RequestRecords, RequestStatus
+from inferplan.plan.chat_stream import HARMONY_MERGED_GAPS, merged_gaps, with_merged_gaps
+from inferplan.plan.published import bundled_published
+from inferplan.plan.published_runs import run_workload
+from inferplan.plan.sharegpt import at_means
+from inferplan.workload import synthetic
+
+
+def _records(outputs: list[int]) -> RequestRecords:
+    records = RequestRecords.empty(len(outputs))
+    records.output_tokens[:] = outputs
+    records.status[:] = int(RequestStatus.COMPLETED)
+    return records
+
+
+def test_two_merged_gaps_make_the_mean_three_halves_and_the_p99_two_steps() -> None:
+    itl = ItlHistogram()
+    itl.add(0.1, 30.0)  # ten requests of 4 tokens: 3 gaps of 100 ms each
+    seen = with_merged_gaps(itl, _records([4] * 10), HARMONY_MERGED_GAPS)
+    assert seen.total_weight == pytest.approx(20.0)  # 2 samples a request, not 3
+    assert seen.mean() == pytest.approx(0.15)  # published 128/4 ITL mean / TPOT: 1.50-1.61
+    assert seen.quantile(0.99) == pytest.approx(0.2, rel=5e-3)  # p99 = twice the median
+    assert seen.quantile(0.25) == pytest.approx(0.1, rel=5e-3)
+    assert itl.total_weight == 30.0 and itl.mean() == pytest.approx(0.1)  # left as it was
+    assert with_merged_gaps(itl, _records([4] * 10), 0) is itl
+    assert with_merged_gaps(itl, _records([2] * 10), 2) is itl  # one gap: nothing to merge
+
+
+def test_scaled_keeps_the_distribution_and_scales_the_weight() -> None:
+    itl = ItlHistogram()
+    itl.add_many(np.array([0.01, 0.02, 0.03, 0.04]), 3.0)
+    half = itl.scaled(0.5)
+    assert half.total_weight == pytest.approx(6.0)
+    assert half.mean() == pytest.approx(itl.mean())
+    assert half.std() == pytest.approx(itl.std())
+    assert half.quantile(0.5) == pytest.approx(itl.quantile(0.5), rel=5e-3)
+    with pytest.raises(ValueError):
+        itl.scaled(0.0)
+
+
+def test_only_vllm_harmony_chat_rows_merge_gaps() -> None:
+    rows = [r for r in bundled_published() if "endpoint" in r.settings]
+    oss = next(r for r in rows if r.engine == "vllm" and r.model == "openai/gpt-oss-20b")
+    qwen = next(r for r in rows if r.engine == "vllm" and r.model == "Qwen/Qwen3-14B")
+    sglang_oss = next(r for r in rows if r.engine == "sglang" and "gpt-oss" in r.model)
+    assert merged_gaps(oss) == HARMONY_MERGED_GAPS == 2
+    assert merged_gaps(qwen) == 0
+    assert merged_gaps(sglang_oss) == 0
+    completions = replace(oss, settings={**oss.settings, "endpoint": "openai /v1/completions"})
+    assert merged_gaps(completions) == 0
+
+
+def test_at_means_hits_the_published_means_within_the_cap() -> None:
+    rng = np.random.default_rng(0)
+    inputs = rng.lognormal(4.5, 1.0, size=100).round().astype(np.int64) + 1
+    outputs = rng.lognormal(4.5, 1.0, size=100).round().astype(np.int64) + 1
+    ins, outs = at_means(inputs, outputs, 228.36, 213.38, 4096)
+    assert ins.mean() == pytest.approx(228.36, abs=0.6)
+    assert outs.mean() == pytest.approx(213.38, abs=0.6)
+    assert ins.max() <= 4096 and outs.min() >= 1
+    tiny = at_means(inputs, outputs, 228.36, 1e6, 4096)[1]
+    assert tiny.max() == 4096  # the cap holds
+
+
+def test_vllm_sharegpt_runs_send_the_published_means_and_sglang_runs_do_not_move() -> None:
+    rows = [r for r in bundled_published() if r.dataset == "sharegpt" and r.max_concurrency]
+    vllm = next(r for r in rows if r.engine == "vllm")
+    workload = run_workload(vllm, quick=False)
+    assert workload.output_tokens.mean() == pytest.approx(vllm.output_len_mean, abs=0.6)
+    assert workload.input_tokens.mean() == pytest.approx(vllm.input_len_mean, abs=0.6)
+    other = next(r for r in bundled_published() if r.dataset == "sharegpt" and r.engine == "sglang")
+    rng = np.random.default_rng(0)  # SGLang's runs keep the plain lognormal draw
+    mean = other.output_len_mean or 0.0
+    synthetic.lognormal_lengths(other.num_requests or 1000, mean, 1.0, 4096, rng)  # inputs
+    plain = synthetic.lognormal_lengths(other.num_requests or 1000, mean, 1.0, 4096, rng)
+    assert np.array_equal(run_workload(other, quick=False).output_tokens, plain)
