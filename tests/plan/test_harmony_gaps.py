@@ -15,7 +15,6 @@ from inferplan.plan.chat_stream import HARMONY_MERGED_GAPS, merged_gaps, with_me
 from inferplan.plan.published import bundled_published
 from inferplan.plan.published_runs import run_workload
 from inferplan.plan.sharegpt import at_means
-from inferplan.workload import synthetic
 
 
 def _records(outputs: list[int]) -> RequestRecords:
@@ -74,15 +73,10 @@ def test_at_means_hits_the_published_means_within_the_cap() -> None:
     assert tiny.max() == 4096  # the cap holds
 
 
-def test_vllm_sharegpt_runs_send_the_published_means_and_sglang_runs_do_not_move() -> None:
-    rows = [r for r in bundled_published() if r.dataset == "sharegpt" and r.max_concurrency]
-    vllm = next(r for r in rows if r.engine == "vllm")
-    workload = run_workload(vllm, quick=False)
-    assert workload.output_tokens.mean() == pytest.approx(vllm.output_len_mean, abs=0.6)
-    assert workload.input_tokens.mean() == pytest.approx(vllm.input_len_mean, abs=0.6)
-    other = next(r for r in bundled_published() if r.dataset == "sharegpt" and r.engine == "sglang")
-    rng = np.random.default_rng(0)  # SGLang's runs keep the plain lognormal draw
-    mean = other.output_len_mean or 0.0
-    synthetic.lognormal_lengths(other.num_requests or 1000, mean, 1.0, 4096, rng)  # inputs
-    plain = synthetic.lognormal_lengths(other.num_requests or 1000, mean, 1.0, 4096, rng)
-    assert np.array_equal(run_workload(other, quick=False).output_tokens, plain)
+def test_every_engines_sharegpt_runs_send_the_published_means() -> None:
+    rows = [r for r in bundled_published() if r.dataset == "sharegpt"]
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        row = next(r for r in rows if r.engine == engine and r.output_len_mean)
+        workload = run_workload(row, quick=False)
+        assert workload.output_tokens.mean() == pytest.approx(row.output_len_mean, abs=0.6)
+        assert workload.input_tokens.mean() == pytest.approx(row.input_len_mean, abs=0.6)

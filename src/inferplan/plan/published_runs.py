@@ -19,8 +19,8 @@ with its engine's memory rule and limits, and one of two predictions:
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
-lengths lognormal (sigma 1) with the published means (vLLM's drawn at exactly those means:
-``sharegpt.at_means``); ``random`` inputs at the published mean.
+lengths lognormal (sigma 1) scaled to exactly the published means
+(``sharegpt.at_means``); ``random`` inputs at the published mean.
 """
 
 from __future__ import annotations
@@ -219,9 +219,7 @@ def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.
         cap = SHAREGPT_MAX_TOKENS
         inputs = synthetic.lognormal_lengths(num, mean_in, SHAREGPT_SIGMA, cap, rng)
         outputs = synthetic.lognormal_lengths(num, mean_out, SHAREGPT_SIGMA, cap, rng)
-        if row.engine == "vllm":  # the run's own means (``sharegpt.at_means``)
-            return at_means(inputs, outputs, mean_in, mean_out, cap)
-        return inputs, outputs
+        return at_means(inputs, outputs, mean_in, mean_out, cap)
     return (
         np.full(num, max(1, round(mean_in)), dtype=np.int64),
         np.full(num, max(1, round(mean_out)), dtype=np.int64),
