@@ -112,6 +112,21 @@ class ImplicitRows:
         held = ints[_HELD, start:size].tolist()
         self._add_rows(computed, keys, held)
 
+    def learn_row(self, computed: int, key: int, held: int) -> None:
+        """``learn_rows`` of one row, in scalars (the same integers and heap)."""
+        if self.known_rows == 0:
+            self._reset()
+        row, block = self.known_rows, self.block
+        self.hist[computed % block] += 1
+        blocks = -(-(computed + self.lag) // block)
+        self.ceil_sum += blocks
+        if row >= self.held_rows and held != blocks:
+            self.ceil_held = False
+        self.computed_sum += computed
+        self.left.append(key)
+        heapq.heappush(self.due, key)
+        self.known_rows = row + 1
+
     def learn_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
         """``learn`` where the rows after the known ones are the last and the caller has
         their stored computed tokens, ``target - generated`` and held blocks as Python ints
@@ -202,12 +217,14 @@ class ImplicitRows:
         if self.known_rows != self.run._size or not self.known_rows:
             self.learn()
         block, lag, hist = self.block, self.lag, self.hist
+        top = -lag % block  # offset 0's bin; offsets below ``k % B`` count down from it
         if k == 1:
-            return hist[-lag % block]
+            return hist[top]
         total = self.run._size * (k // block)
-        for offset in range(k % block):
-            total += hist[(-lag - offset) % block]
-        return total
+        low = top - k % block + 1  # the bins ``(top - offset) % B``: a slice, two if it wraps
+        if low >= 0:
+            return total + sum(hist[low : top + 1])
+        return total + sum(hist[: top + 1]) + sum(hist[low + block :])
 
     def kth_offset(self, j: int) -> int:
         """The ``j``-th smallest (from 0) offset ``(-c) % B`` over the rows (``np.partition``

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
-_ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD = 0, 1, 2, 3, 4, 5
+_ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = 0, 1, 2, 3, 4, 5, 6
 
 
 def implicit_decode_and_admit_step(r: Replica) -> bool:
@@ -50,6 +50,9 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     run.appended = None
     r._decoding = None
     if n == 0 and not chunks:
+        return True
+    if len(appended) == 1:  # the usual single admission, in scalars
+        _admit_one(r, n, new_blocks, decode_context, emitted, chunks[0], appended[0])
         return True
     ints, lag, size = run._ints, rows.lag, run._size
     # The admitted rows' columns, stored (minus the lag): rows [n, size), appended in order.
@@ -93,6 +96,56 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     if rows.fewest_left() <= 0:
         r.finish(rows.finished_rows())
     return True
+
+
+def _admit_one(
+    r: Replica,
+    n: int,
+    new_blocks: int,
+    decode_context: int,
+    emitted: float | None,
+    chunk: int,
+    stored: tuple[int, ...],
+) -> None:
+    """The rest of ``implicit_decode_and_admit_step`` where one row was admitted (``stored``:
+    its columns as ``append`` stored them, minus the lag): the same values and records as the
+    general form, in scalars."""
+    run = r.running
+    rows, lag = run.rows, run.rows.lag
+    rid, computed, tokens, generated, target, held, _ = stored
+    hit = computed + lag
+    duration = r.step_s.seconds(*step_shape(n, decode_context, [chunk], [hit]))
+    r.trace.record(r.now, r.pool.used)
+    start = r.now  # the admitted row's last token time (``admit_popped``'s ``now``)
+    r.now = now = start + duration
+    r.num_steps += 1
+    end = hit + chunk
+    resumed = generated + lag != 0  # a first token unless it emitted one before preemption
+    if end != tokens + lag or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
+        _general_emit(r, n, [end], duration)
+        return
+    rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
+    row_computed = end - lag - 1  # stored: tokens and generated + 1 cancel the lag's + 1
+    flat, capacity = run._flat, run._capacity
+    flat[_COMPUTED * capacity + n] = row_computed
+    if held == -(-end // rows.block):
+        rows.held_rows = n + 1
+    if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted one
+        rows.learn_row(row_computed, target - generated, held)
+    if resumed:
+        _resumed_gaps(r, n, [rid], duration)
+    elif n and emitted is not None and emitted == now - duration:  # ``_old_rows_gaps``' usual
+        rows.itl_mark(duration)
+        r.itl.add(duration, float(n))
+    else:
+        _old_rows_gaps(r, n, emitted, duration)
+    flat[_ITL_FROM * capacity + n] = rows.itl_length  # ``itl_restart`` of the one row
+    if not resumed:
+        r.records.first_token_s[rid] = now
+    rows.emitted(now)
+    r._decoding = True  # every row has sampled and needs one token
+    if rows.fewest_left() <= 0:
+        r.finish(rows.finished_rows())
 
 
 def _old_rows_gaps(r: Replica, n: int, emitted: float | None, duration: float) -> None:

@@ -386,22 +386,36 @@ class Replica:
         if num_same < len(same):
             self.itl.add_many(gaps[~same])
 
+    def _complete(self, row: int, columns: list[int]) -> None:
+        """Record row ``row``'s request as completed and free its blocks (``columns``: its int
+        columns as stored); the row stays in place."""
+        rid, computed, _, generated, _, held = self.running.rows.row_values(row, columns)
+        rec = self.records
+        rec.finish_s[rid] = self.now
+        rec.output_tokens[rid] = generated
+        rec.status[rid] = _COMPLETED
+        if self.pool.cache is None:
+            self.pool.free += held
+        else:
+            self.scheduler.release_blocks(rid, held, computed)
+        self.on_finish.append(rid)
+
     def finish(self, rows: np.ndarray | list[int]) -> None:
         """Complete the requests at these ascending rows (they reached their targets)."""
         run, rec = self.running, self.records
-        if len(rows) <= FEW_ROWS:  # the usual one (or a few admitted together), in scalars
+        if len(rows) == 1:  # the usual finish
+            row = int(rows[0])
+            columns = run.stored_row(row)  # the row's columns read once
+            self._complete(row, columns)
+            run.drop_row(row, columns)
+            if not run._size:
+                self.batch_slots = 0
+            return
+        if len(rows) <= FEW_ROWS:  # a few (admitted together), in scalars
             rows = [int(row) for row in rows]
             stored = [run.stored_row(row) for row in rows]  # each row's columns read once
             for row, columns in zip(rows, stored, strict=True):
-                rid, computed, _, generated, _, held = run.rows.row_values(row, columns)
-                rec.finish_s[rid] = self.now
-                rec.output_tokens[rid] = generated
-                rec.status[rid] = _COMPLETED
-                if self.pool.cache is None:
-                    self.pool.free += held
-                else:
-                    self.scheduler.release_blocks(rid, held, computed)
-                self.on_finish.append(rid)
+                self._complete(row, columns)
             for row, columns in zip(rows[::-1], stored[::-1], strict=True):
                 run.drop_row(row, columns)  # from the last: the earlier rows keep their index
             if len(run) == 0:

@@ -33,7 +33,6 @@ BoolArray = npt.NDArray[np.bool_]
 _INT_COLUMNS = (
     "ids", "num_computed", "num_tokens", "num_generated", "target", "held_blocks", "itl_from",
 )  # fmt: skip
-_COLUMNS = (*_INT_COLUMNS[:-1], "last_token_s")
 # Columns that pending decode steps, held blocks or token times make stale until read.
 _LAZY = ("num_computed", "num_tokens", "num_generated", "held_blocks", "last_token_s")
 # Rows of the int buffer that a decode step (or a stretch of ``k``) raises together.
@@ -73,7 +72,7 @@ class RunningSet:
     last_token_s = _lazy_column("last_token_s")
     rows: ImplicitRows  # the implicit decode state (``engine/implicit.py``)
     # Each column reads as a view of its buffer's live rows; assigning to one writes into the
-    # buffer (``__setattr__``). ``ids`` and ``target`` never go stale.
+    # buffer (its property's setter). ``ids`` and ``target`` never go stale.
     _size: int
     _ints: npt.NDArray[np.int64]  # (column, row): the int columns, in ``_INT_COLUMNS`` order
     _times: FloatArray
@@ -86,7 +85,7 @@ class RunningSet:
         """``block_size``: a uniform pool's block size (every crossing costs one block), which
         lets stretches keep the rows implicit (0: they read the columns); ``max_itl_s``: the
         records' worst gaps, written when a row leaves (``ImplicitRows``' ITL log)."""
-        object.__setattr__(self, "rows", ImplicitRows(self, block_size, max_itl_s))
+        self.rows = ImplicitRows(self, block_size, max_itl_s)
         # Set to a list by a caller that wants the rows ``append`` adds, as stored (each
         # ``_INT_COLUMNS``' values; ``engine/implicit_step.py``), without reading them back.
         self.appended: list[tuple[int, ...]] | None = None
@@ -98,15 +97,9 @@ class RunningSet:
         )
         self._resize(0)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _COLUMNS:
-            getattr(self, name)[:] = value
-        else:
-            object.__setattr__(self, name, value)
-
     def _resize(self, size: int) -> None:
-        """Set the number of live rows and rebind the column views to them."""
-        self.__dict__["_size"] = size  # a plain attribute, written past ``__setattr__``
+        """Set the number of live rows (each column reads as a view of them)."""
+        self._size = size
 
     @property
     def _live(self) -> npt.NDArray[np.int64]:
@@ -117,19 +110,26 @@ class RunningSet:
     def ids(self) -> IntArray:
         return self._ints[0, : self._size]
 
+    @ids.setter
+    def ids(self, value: Any) -> None:
+        self._ints[0, : self._size] = value
+
     @property
     def target(self) -> IntArray:
         return self._ints[4, : self._size]
+
+    @target.setter
+    def target(self, value: Any) -> None:
+        self._ints[4, : self._size] = value
 
     def _set_buffers(self, ints: np.ndarray, times: np.ndarray) -> None:
         """Adopt new buffers (and their rows, each a column's 1-D buffer). ``_flat`` views
         ``_ints``' memory as a flat buffer (``_ints[c, row]`` is ``_flat[c * _capacity +
         row]``): a value read or written through it is a Python int, without a numpy scalar
         or index (``append``, ``stored_row``; the same values)."""
-        fields = self.__dict__
-        fields["_ints"], fields["_times"] = ints, times
-        fields["_capacity"] = ints.shape[1]
-        fields["_flat"] = ints.reshape(-1).data
+        self._ints, self._times = ints, times
+        self._capacity = ints.shape[1]
+        self._flat = ints.reshape(-1).data
 
     def __len__(self) -> int:
         return self._size
@@ -167,7 +167,7 @@ class RunningSet:
         self._times[row] = last_token_s
         if self.appended is not None:
             self.appended.append(stored)
-        self._resize(row + 1)
+        self._size = row + 1
 
     def decode(self, steps: int) -> None:
         """Every row computes, emits and holds ``steps`` more tokens (``num_computed``,
@@ -215,7 +215,7 @@ class RunningSet:
             self._ints[:, row : size - 1] = self._ints[:, row + 1 : size]
             if not times_pending:
                 self._times[row : size - 1] = self._times[row + 1 : size]
-        self._resize(size - 1)
+        self._size = size - 1
 
     def row_values(self, row: int) -> list[int]:
         """One row's int columns as Python ints: id, num_computed, num_tokens, num_generated,

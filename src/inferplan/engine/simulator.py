@@ -235,9 +235,11 @@ class Simulation:
         as the loop does it, where nothing else in the loop reads them (``run``: no client
         concurrency limit and no per-advance check)."""
         collects, arrived = self._collects_finishes, False
+        # ``_advance_once``'s choice, made once: a plain replica stays plain
+        advance = self._advance_plain if replica.is_plain else self._advance_once
         while True:
             steps, now = replica.num_steps, replica.now
-            self._advance_once(replica, next_arrival_s)
+            advance(replica, next_arrival_s)
             after_arrival, arrived = arrived, False
             if not self._fuse_advances or not replica.has_work:
                 return

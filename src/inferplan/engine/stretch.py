@@ -37,6 +37,22 @@ class DecodeStretches:
         # (steps, clock) of the last ``can_stretch`` that asked the scheduler: its
         # ``Scheduler.joins`` holds for a step that starts there (``implicit_step.py``).
         self.asked_at: tuple[int, float] | None = None
+        # Whether the scheduler looks at the queue every step and keeps no count of steps
+        # (``Scheduler``'s own ``steps_to_scheduling_point`` and ``note_steps``, which do
+        # nothing): a stretch then leaves out their calls. None until the first stretch.
+        self._every_step: bool | None = None
+        # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
+        # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
+        self._base_join = False
+
+    def _scheduler_every_step(self) -> bool:
+        from inferplan.engine.schedulers import Scheduler  # the replica's own import order
+
+        cls = type(self.replica.scheduler)
+        every = cls.steps_to_scheduling_point is Scheduler.steps_to_scheduling_point
+        self._every_step = every and cls.note_steps is Scheduler.note_steps
+        self._base_join = cls.head_can_join is Scheduler.head_can_join
+        return self._every_step
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
@@ -51,6 +67,10 @@ class DecodeStretches:
         scheduler = r.scheduler
         scheduler.joins = None  # set by vLLM v1's ``head_can_join`` only (its subclasses' too)
         self.asked_at = (r.num_steps, r.now)
+        if self._every_step is None:
+            self._scheduler_every_step()
+        if self._base_join and not (r.swapped or r.waiting.tokens):
+            return True  # ``Scheduler.head_can_join``'s first test: nothing can join
         return not scheduler.head_can_join()
 
     def stretch(self, next_arrival_s: float) -> tuple[int, bool]:
@@ -73,9 +93,10 @@ class DecodeStretches:
         """``stretch_steps``' answer, and the batch's total context and fewest tokens left."""
         r = self.replica
         run = r.running
-        n = run._size
-        if run.rows.block:  # implicit rows: the scalars (``engine/implicit.py``)
-            context, remaining = run.rows.total_context(), run.rows.fewest_left()
+        n, rows = run._size, run.rows
+        if rows.block:  # implicit rows: the scalars (``engine/implicit.py``)
+            remaining = rows.fewest_left()  # learns them where they are not known
+            context = rows.computed_sum + n * (rows.lag + 1)  # ``total_context``
         else:
             context = int(_sum(run.num_computed)) + n
             remaining = int(_min(run.target - run.num_generated))
@@ -85,15 +106,21 @@ class DecodeStretches:
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
             k = _steps_before(next_arrival_s - r.now, a, b, context, n, k)
-        block_end = r.scheduler.steps_to_scheduling_point()
-        if block_end is not None:
-            k = min(k, block_end)
-        if r.pool.cache is not None:  # own blocks: on to the step that admits the head
+        every_step = self._every_step
+        if not (self._scheduler_every_step() if every_step is None else every_step):
+            block_end = r.scheduler.steps_to_scheduling_point()
+            if block_end is not None:
+                k = min(k, block_end)
+        pool = r.pool
+        if pool.cache is not None:  # own blocks: on to the step that admits the head
             own = own_block_stretch_steps(r, k)
             k = min(k, self._steps_before_head_hit_shrinks(k) if own is None else own)
         if r.offload is not None and r.offload.evictable_blocks():
             k = min(k, self._steps_before_eviction(k, r.offload.evictable_blocks()))
-        k, k_pool = self._steps_before_pool_runs_out(k)
+        if pool.is_uniform and (pool.free // n) * pool.block_size >= k:
+            k_pool = k  # ``_steps_before_pool_runs_out``'s first answer, without its call
+        else:
+            k, k_pool = self._steps_before_pool_runs_out(k)
         admission = r.scheduler.admission
         if admission is not None:  # growth beyond reservations may exhaust the unreserved
             # blocks first; the scheduler's own pass handles the step that ends the stretch.
@@ -203,10 +230,12 @@ class DecodeStretches:
             remaining = rows.fewest_left()
         rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
         # The pool is what rows do not map (shared prefix blocks counted once).
-        pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
+        shared = 0 if pool.cache is None else pool.shared
+        pool.free = r.cfg.num_blocks - rows.ceil_sum + shared
         r.now = now = now + total
         r.num_steps += k
-        r.scheduler.note_steps(k)
+        if not self._every_step:
+            r.scheduler.note_steps(k)
         rows.emitted(now)
         if k >= remaining:
             r.finish(rows.finished_rows())
