@@ -30,7 +30,7 @@ or a check fails), the loop decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -220,14 +220,14 @@ class _Loop:
         self,
         arrival_s: list[float],
         replica_of: list[int],
-        logs: list[AdvanceLog] | list[list[list[Any]]],
+        logs: Sequence[AdvanceLog | list[list[Any]]],
         base: list[int] | None = None,
     ) -> None:
         """``logs``: each replica's log, or its columns as lists from advance ``base`` on."""
         num = len(logs)
         self.base = [0] * num if base is None else base
         self.arrival_s, self.replica_of = arrival_s, replica_of
-        columns = [
+        columns: list[list[list[Any]]] = [
             [column[b:].tolist() for column in _columns(log)]
             if isinstance(log, AdvanceLog)
             else log

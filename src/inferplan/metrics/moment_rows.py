@@ -114,13 +114,13 @@ def _running_means(
     mean: float, targets: npt.NDArray[np.float64], ratios: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
     """Welford's running mean after each update: ``mean += (target - mean) * ratio``
-    (a comprehension: its append is one opcode, not a call; over memoryviews, which yield
-    Python floats as they go, where ``tolist`` would first build two lists of them)."""
+    (a comprehension: its append is one opcode, not a call; over the arrays' memoryviews,
+    which yield Python floats as they go, where ``tolist`` would first build two lists)."""
     out = [
         mean := mean + (target - mean) * ratio
         for target, ratio in zip(
-            memoryview(np.ascontiguousarray(targets)),
-            memoryview(np.ascontiguousarray(ratios)),
+            np.ascontiguousarray(targets).data,
+            np.ascontiguousarray(ratios).data,
             strict=True,
         )
     ]
