@@ -30,7 +30,7 @@ or a check fails), the loop decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,20 +101,20 @@ def _by_sorting(
     # from the last window, so that many windows cost one pass over the run, not one each.
     done, routed = np.zeros(len(logs), dtype=np.int64), np.zeros(len(logs), dtype=np.int64)
     counted_done = counted_taken = 0
-    for first, end in _near_ties(clock, reach):
-        taken = int(np.searchsorted(taken_before, first, side="left"))
+    windows = _near_ties(clock, reach)
+    bounds = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
+    takens = np.searchsorted(taken_before, bounds[:, 0], side="left").tolist()
+    uptos = np.searchsorted(taken_before, bounds[:, 1], side="right").tolist()
+    for (first, end), taken, upto in zip(windows, takens, uptos, strict=True):
         done += np.bincount(order[counted_done:first], minlength=len(logs))
         routed += np.bincount(replica_of[counted_taken:taken], minlength=len(logs))
         counted_done, counted_taken = first, taken
-        upto = int(np.searchsorted(taken_before, end, side="right"))
+        sorted_part = order[first:end]
         window = _Loop.resumed(
-            arrival_s[taken:upto], replica_of[taken:upto], logs, done, routed, end - first
+            arrival_s[taken:upto], replica_of[taken:upto], logs, done, routed, sorted_part
         )
         stepped = window.advance(end - first, same_time_s)
-        if stepped is None or not np.array_equal(
-            np.bincount(stepped, minlength=len(logs)),
-            np.bincount(order[first:end], minlength=len(logs)),
-        ):
+        if stepped is None or sorted(stepped.tolist()) != sorted(sorted_part.tolist()):
             return None
         order[first:end] = stepped
         in_window[first:end] = True
@@ -189,6 +189,9 @@ def _log_agrees(
     return bool(np.array_equal(expected, log.start_s))
 
 
+_NONE: list[list[Any]] = [[], [], [], []]  # no advances (read, never written)
+
+
 def _columns(log: AdvanceLog) -> tuple[npt.NDArray[Any], ...]:
     return log.start_s, log.end_s, log.has_work, log.num_routed
 
@@ -217,18 +220,22 @@ class _Loop:
         self,
         arrival_s: list[float],
         replica_of: list[int],
-        logs: list[AdvanceLog],
+        logs: Sequence[AdvanceLog | list[list[Any]]],
         base: list[int] | None = None,
     ) -> None:
+        """``logs``: each replica's log, or its columns as lists from advance ``base`` on."""
         num = len(logs)
         self.base = [0] * num if base is None else base
         self.arrival_s, self.replica_of = arrival_s, replica_of
-        self.starts = [log.start_s[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
-        self.ends = [log.end_s[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
-        self.has_work = [log.has_work[b:].tolist() for b, log in zip(self.base, logs, strict=True)]
-        self.num_routed = [
-            log.num_routed[b:].tolist() for b, log in zip(self.base, logs, strict=True)
+        columns: list[list[list[Any]]] = [
+            [column[b:].tolist() for column in _columns(log)]
+            if isinstance(log, AdvanceLog)
+            else log
+            for b, log in zip(self.base, logs, strict=True)
         ]
+        self.starts, self.ends, self.has_work, self.num_routed = (
+            [replica[i] for replica in columns] for i in range(4)
+        )
         self.clocks = [math.inf] * num
         self.reach = [math.inf] * num
         self.now = [0.0] * num
@@ -244,26 +251,31 @@ class _Loop:
         logs: list[AdvanceLog],
         done: npt.NDArray[np.int64],
         routed: npt.NDArray[np.int64],
-        num_next: int,
+        sorted_part: npt.NDArray[np.int64],
     ) -> _Loop:
         """The loop after each replica's first ``done`` advances with ``routed`` arrivals
-        routed to it, holding what its next ``num_next`` advances read: each replica's next
-        ``num_next`` advances, and the arrivals still to come before the advance after them
-        (``arrival_s``, ``replica_of``; later ones come after every advance it runs)."""
+        routed to it, holding what the window's advances read (``sorted_part``: their
+        replicas in the sort's order): each of those replicas' advances in it, and the
+        arrivals still to come before the advance after them (``arrival_s``, ``replica_of``;
+        later ones come after every advance it runs). A replica with none in the window
+        holds none: were the loop to choose it there, the window would not be the sort's
+        (its caller compares the replicas' counts) and the sort could not decide."""
         counts = done.tolist()
-        window = [
-            AdvanceLog(*(column[: count + num_next] for column in _columns(log)))
-            for count, log in zip(counts, logs, strict=True)
-        ]
+        in_window = np.bincount(sorted_part, minlength=len(logs)).tolist()
+        window: list[list[list[Any]]] = []
+        for count, num, log in zip(counts, in_window, logs, strict=True):
+            part = slice(count, count + num)
+            window.append([column[part].tolist() for column in _columns(log)] if num else _NONE)
         loop = cls(arrival_s.tolist(), replica_of.tolist(), window, counts)
         for r, count in enumerate(counts):
             loop.routed[r] = int(routed[r])
             log = logs[r]
+            seen = 0
             if count:
                 loop.now[r] = float(log.end_s[count - 1])
                 if log.has_work[count - 1]:
                     loop.clocks[r] = loop.now[r]
-            seen = int(log.num_routed[count - 1]) if count else 0
+                seen = int(log.num_routed[count - 1])
             if loop.clocks[r] == math.inf and routed[r] > seen and count < len(log):
                 # Woken since (an arrival its last advance ran past): at its next logged
                 # start, which ``_log_agrees`` checks is the later of its clock and the

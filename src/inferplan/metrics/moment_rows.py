@@ -65,7 +65,7 @@ def apply_rows(moments: Moments, rows: npt.NDArray[np.float64]) -> None:
     totals = np.add.accumulate(np.concatenate(([moments.total_weight], weight)))
     before, total = totals[:-1], totals[1:]
     ratio = weight / total
-    means = _running_means(moments.mean_s, target.tolist(), ratio.tolist())
+    means = _running_means(moments.mean_s, target, ratio)
     delta = target - np.concatenate(([moments.mean_s], means[:-1]))
     is_one = columns[0] == ONE
     one_term = (columns[2] * delta) * (target - means)
@@ -111,13 +111,18 @@ def _part_m2(columns: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def _running_means(
-    mean: float, targets: list[float], ratios: list[float]
+    mean: float, targets: npt.NDArray[np.float64], ratios: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
     """Welford's running mean after each update: ``mean += (target - mean) * ratio``
-    (a comprehension: its append is one opcode, not a call)."""
+    (a comprehension: its append is one opcode, not a call; over the arrays' memoryviews,
+    which yield Python floats as they go, where ``tolist`` would first build two lists)."""
     out = [
         mean := mean + (target - mean) * ratio
-        for target, ratio in zip(targets, ratios, strict=True)
+        for target, ratio in zip(
+            np.ascontiguousarray(targets).data,
+            np.ascontiguousarray(ratios).data,
+            strict=True,
+        )
     ]
     return np.asarray(out, dtype=np.float64)
 
