@@ -18,7 +18,8 @@ from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.params import count_params
 
 # Both measured and left off (docs/validation.md, `trtput3`): cross-validated together they
-# lower the median and p90 of the 770 rows but make H200, gpt-oss, DeepSeek and Llama 4 worse.
+# lower the median and p90 of the 770 rows but make H200, gpt-oss, DeepSeek and Llama 4 worse;
+# the packed count alone cross-validates worse than both off (`trtput4`: 8.0 / 23.5 %).
 PACKED_PARAM_COUNT = False  # count NVFP4 weights as the checkpoint stores them (bench_param_count)
 READ_STATED_ATTENTION_DP = False  # v1.0 MoE rows as DEP (stated_attention_dp)
 
