@@ -57,6 +57,7 @@ MODULES = (
     "engine/specstretch.py",
     "engine/speculation.py",
     "engine/stepshape.py",
+    "engine/stream_intake.py",
     "engine/stretch.py",
     "engine/thrash.py",
     "engine/thrashrun.py",

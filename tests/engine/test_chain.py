@@ -120,6 +120,7 @@ def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch)
     _assert_identical(chained, stepwise)
 
 
+@pure_only
 def test_implicit_chains_read_the_blocks_the_columns_give(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain over implicit rows builds its block arithmetic from the rows' offset histogram
     and sums (``TailBlocks.from_offsets``): the same state as from the columns, with decode
