@@ -33,12 +33,12 @@ PURE_ENV = "INFERPLAN_PURE"
 # here (an interpreted class cannot inherit from a compiled one). Pure: ``engine/running.py``
 # (it writes its columns through ``__setattr__`` and ``__dict__``), and the classes whose
 # instances the workers of ``engine/apart.py`` pickle back (mypyc's native instances do not
-# unpickle): ``StepTrace``, ``AdvanceLog`` (``engine/loop_order.py``) and the prefix caches.
+# unpickle): ``StepTrace``, ``AdvanceLog`` (``engine/loop_order.py``) and the prefix caches;
+# and ``engine/chainblocks.py`` (``TailBlocks.from_offsets``' ``cls.__new__(cls)`` stops mypyc).
 MODULES = (
     "engine/admission.py",
     "engine/aging.py",
     "engine/chain.py",
-    "engine/chainblocks.py",
     "engine/implicit.py",
     "engine/implicit_step.py",
     "engine/offload.py",
