@@ -6,13 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferplan import native
+from inferplan.engine.loop_order import AdvanceLog
+from inferplan.memory.ownblocks import OwnBlocks
+from inferplan.memory.prefixcache import PrefixCache
+from inferplan.memory.radixcache import RadixCache
+from inferplan.metrics.trace_log import StepTraceLog
 
 PACKAGE = Path(native.__file__).parent
 NAMES = sorted(native.module_name(rel) for rel in native.MODULES)
@@ -28,6 +35,7 @@ SCENARIOS = (
     f"{_BASE} -dp 2 --router least_outstanding",
     "simulate --model Llama-3.1-8B --gpu h100 --dataset-name reasoning --num-prompts 60 "
     "--request-rate 2 --max-model-len 40000 --gpu-memory-utilization 0.4 --json",
+    f"{_BASE} -dp 2 --sim-workers 2",  # replicas apart: the workers pickle their runs back
 )
 _RUN_SCENARIOS = """
 import contextlib, io, json, sys
@@ -110,3 +118,34 @@ def test_compiled_prints_the_same_bytes_as_pure() -> None:
     assert [code for code, _ in pure["outputs"]] == [0] * len(SCENARIOS)
     for scenario, got, want in zip(SCENARIOS, compiled["outputs"], pure["outputs"], strict=True):
         assert got == want, scenario
+
+
+def test_what_the_workers_send_back_unpickles_with_its_state() -> None:
+    """``engine/apart.py``'s workers pickle their KV trace, prefix cache and advance log back;
+    compiled, those are native instances, which unpickle only through ``__reduce__``."""
+    trace = StepTraceLog(100, max_points=2)
+    for i in range(9):
+        trace.record(float(i), 7 * i % 11)
+    trace.settle()  # as a worker does before it returns
+    own = OwnBlocks(np.array([3, 2]), 2)
+    own.register(0, 3)
+    own.release(0)
+    shared = PrefixCache(((1, 2, 3), (1, 2, 4)), 1)
+    radix = RadixCache(((1, 2, 3), (1, 2, 4)), 1)
+    shared.acquire(0, 0)
+    shared.register(0, 3)
+    shared.release(0)
+    radix.acquire(0, 0)
+    radix.insert(0, 3)
+    radix.release(0)
+    for original in (trace, own, shared, radix):
+        back = pickle.loads(pickle.dumps(original))
+        assert type(back) is type(original)
+        assert back.__getstate__() == original.__getstate__()
+    assert pickle.loads(pickle.dumps(trace)).summary() == trace.summary()
+    assert pickle.loads(pickle.dumps(own)).lookup(0, 5) == (3, 0)
+    assert pickle.loads(pickle.dumps(radix)).lookup(1, 3) == radix.lookup(1, 3) == (2, 0)
+    log = AdvanceLog([0.0, 1.5], [1.0, 2.0], [True, False], [1, 2])
+    back = pickle.loads(pickle.dumps(log))
+    for name in ("start_s", "end_s", "has_work", "num_routed"):
+        assert np.array_equal(getattr(back, name), getattr(log, name)), name

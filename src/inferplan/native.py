@@ -28,19 +28,20 @@ from types import ModuleType
 MANIFEST = Path(__file__).with_name("_native.json")
 PURE_ENV = "INFERPLAN_PURE"
 
-# The engine's event loop, replica, schedulers, stretches and the block pools it steps, and
-# the step-time cache and metrics it calls per step; with every subclass of a class compiled
-# here (an interpreted class cannot inherit from a compiled one). Pure: ``engine/running.py``
-# (it writes its columns through ``__setattr__`` and ``__dict__``), and the classes whose
-# instances the workers of ``engine/apart.py`` pickle back (mypyc's native instances do not
-# unpickle): ``StepTrace``, ``AdvanceLog`` (``engine/loop_order.py``) and the prefix caches;
-# and ``engine/chainblocks.py`` (``TailBlocks.from_offsets``' ``cls.__new__(cls)`` stops mypyc).
+# The engine's event loop, replica, schedulers, stretches and the block pools and prefix caches
+# it steps, and the step-time cache and metrics it calls per step; with every subclass of a class
+# compiled here (an interpreted class cannot inherit from a compiled one). The classes that
+# ``engine/apart.py``'s workers pickle back (``StepTrace``, the prefix caches, ``AdvanceLog``)
+# define ``__reduce__``: a native instance unpickles only through its constructor. Pure:
+# ``engine/running.py`` (it writes its columns through ``__setattr__`` and ``__dict__``) and
+# ``engine/chainblocks.py`` (``TailBlocks.from_offsets``' ``cls.__new__(cls)`` stops mypyc).
 MODULES = (
     "engine/admission.py",
     "engine/aging.py",
     "engine/chain.py",
     "engine/implicit.py",
     "engine/implicit_step.py",
+    "engine/loop_order.py",
     "engine/offload.py",
     "engine/ownchain.py",
     "engine/ownsteps.py",
@@ -62,8 +63,13 @@ MODULES = (
     "engine/thrash.py",
     "engine/thrashrun.py",
     "memory/blockpool.py",
+    "memory/ownblocks.py",
+    "memory/prefixcache.py",
+    "memory/radixcache.py",
     "metrics/histogram.py",
     "metrics/itl_log.py",
+    "metrics/steptrace.py",
+    "metrics/trace_log.py",
     "perf/step_seconds.py",
     "cluster/classpool_sim.py",
     "cluster/disagg.py",
