@@ -20,3 +20,11 @@ def pure_only(test: F) -> F:
     )
     marked: F = pytest.mark.pure_only(skip(test))
     return marked
+
+
+def attributes(obj: object) -> dict[str, object]:
+    """``vars(obj)``, also of a compiled (mypyc) instance, which has no ``__dict__``: its
+    ``__getstate__``, which mypyc gives every native class (pure, ``object.__getstate__``)."""
+    state = obj.__getstate__()
+    assert isinstance(state, dict), type(obj)
+    return state

@@ -31,7 +31,7 @@ from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, arrival_times_s
 from inferplan.workload.prefixes import with_own_blocks
-from native_mode import pure_only
+from native_mode import attributes, pure_only
 
 from .test_fast_equals_exact import _assert_same as assert_same_schedule
 
@@ -97,7 +97,7 @@ def _fingerprint(res: SimulationResult) -> list[Any]:
     # A compiled (mypyc) histogram has no ``__dict__``: its attributes, in the same order.
     names = getattr(type(res.itl), "__mypyc_attrs__", None) or list(vars(res.itl))
     itl = [plain(getattr(res.itl, k)) for k in names if k != "grid"]
-    traces = [[plain(v) for v in vars(t).values()] for t in res.traces]
+    traces = [[plain(v) for v in attributes(t).values()] for t in res.traces]
     totals = [res.num_steps, repr(res.duration_s)]
     return [rec, itl, traces, totals]
 
