@@ -4,11 +4,12 @@ seconds of ``bench_regimes`` regimes, pure and compiled runs interleaved.
 Each run is ``python -m benchmarks.bench_regimes --one REGIME`` in a fresh process, with
 ``INFERPLAN_PURE=1`` (pure) or ``0`` (compiled); the pairs alternate which goes first, so a
 change in the machine's load falls on both. Reported per regime: the median CPU seconds of the
-simulation (``process_time``) each way and their ratio. Needs a current build: a stale or
-missing one runs pure both ways, which this refuses.
+simulation (``process_time``, plus its workers' with ``--sim-workers``) each way and their
+ratio. Needs a current build: a stale or missing one runs pure both ways, which this refuses.
 
 Run: ``python -m benchmarks.native_speedup near vidur --repeats 3`` (``--num-requests N``
-scales the regimes down, ``--bare`` drops vLLM v1's own blocks as ``bench_regimes`` does).
+scales the regimes down, ``--bare`` drops vLLM v1's own blocks as ``bench_regimes`` does,
+``--sim-workers N`` runs the replicas apart in N processes, ``engine/apart.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import subprocess
 import sys
 
 
-def _cpu_s(regime: str, pure: bool, num_requests: int | None, bare: bool) -> dict[str, float]:
+def _cpu_s(
+    regime: str, pure: bool, num_requests: int | None, bare: bool, sim_workers: str = "1"
+) -> dict[str, float]:
     argv = [sys.executable, "-m", "benchmarks.bench_regimes", "--one", regime]
+    argv += ["--sim-workers", sim_workers]
     if num_requests is not None:
         argv += ["--num-requests", str(num_requests)]
     if bare:
@@ -32,6 +36,7 @@ def _cpu_s(regime: str, pure: bool, num_requests: int | None, bare: bool) -> dic
     if not pure and "compiled modules out of date" in out.stderr:  # a source edited meanwhile
         raise SystemExit(f"error: {regime}: the build went stale during the measurement")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["cpu_s"] += result["workers_cpu_s"]  # the simulation's CPU, in every process
     return result
 
 
@@ -43,7 +48,11 @@ def _mode() -> str:
 
 
 def main(
-    regimes: list[str], repeats: int = 3, num_requests: int | None = None, bare: bool = False
+    regimes: list[str],
+    repeats: int = 3,
+    num_requests: int | None = None,
+    bare: bool = False,
+    sim_workers: str = "1",
 ) -> dict[str, object]:
     if _mode() != "compiled":
         raise SystemExit("error: no current compiled build (run `make compile` first)")
@@ -53,7 +62,7 @@ def main(
         for i in range(repeats):
             order = (True, False) if i % 2 == 0 else (False, True)
             for pure in order:
-                runs[pure].append(_cpu_s(regime, pure, num_requests, bare))
+                runs[pure].append(_cpu_s(regime, pure, num_requests, bare, sim_workers))
         for pure, name in ((True, "pure"), (False, "compiled")):
             cpu = [r["cpu_s"] for r in runs[pure]]
             results[f"{regime}_{name}_cpu_s"] = statistics.median(cpu)
@@ -72,5 +81,7 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--bare", action="store_true")
+    parser.add_argument("--sim-workers", default="1", help="N processes, or auto")
     args = parser.parse_args()
-    print(json.dumps(main(args.regimes, args.repeats, args.num_requests, args.bare), indent=1))
+    results = main(args.regimes, args.repeats, args.num_requests, args.bare, args.sim_workers)
+    print(json.dumps(results, indent=1))
