@@ -20,9 +20,10 @@ venv: $(UV)
 	$(UV) sync --frozen --inexact --quiet
 
 # The environment; with NATIVE=1, then the mypyc build of the simulator's hot modules where a C
-# compiler is found (off by default: it measured 1.1x-1.4x, below the 1.5x that would pay for
-# its build; docs/simulator.md, "Compiled engine modules"). The build is optional: without a
-# compiler, or when it fails, one line says so and everything runs pure Python, the reference.
+# compiler is found (off by default: 1.25x-1.6x less CPU for a build of about 150 s CPU, and
+# `make test` and CI stay pure and quick; docs/simulator.md, "Compiling the engine with mypyc").
+# The build is optional: without a compiler, or when it fails, one line says so and everything
+# runs pure Python, the reference.
 # Compiled modules load only while they match their sources (src/inferplan/native.py);
 # INFERPLAN_PURE=1 runs pure Python anyway.
 NATIVE ?= 0
