@@ -4,6 +4,7 @@ fast == exact, and one pool equal to no pools."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -347,9 +348,7 @@ def test_fast_mode_equals_exact_mode_with_pools(
 ) -> None:
     wl, cfg, spec, _ = case
     fast = simulate_class_pools(wl, cfg, MODEL, spec)
-    exact = simulate_class_pools(
-        wl, SimulationConfig(**{**cfg.__dict__, "exact": True}), MODEL, spec
-    )
+    exact = simulate_class_pools(wl, replace(cfg, exact=True), MODEL, spec)
     a, b = fast.result.records, exact.result.records
     np.testing.assert_array_equal(a.status, b.status)
     np.testing.assert_array_equal(fast.routed_replica, exact.routed_replica)

@@ -24,6 +24,7 @@ from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.chainblocks import TailBlocks
 from inferplan.engine.simulator import Simulation, SimulationResult
+from native_mode import pure_only
 
 from .test_fast_equals_exact import (
     BASE,
@@ -104,12 +105,14 @@ def _assert_identical(a: SimulationResult, b: SimulationResult) -> None:
     assert [t.summary() for t in a.traces] == [t.summary() for t in b.traces]
 
 
+@pure_only
 def test_tail_preemptions_chain_and_fast_equals_exact(chains_taken: list[int]) -> None:
     fast = _check_case(TAIL)
     assert fast.records.num_preemptions.sum() > 50
     assert sum(chains_taken) > 10
 
 
+@pure_only
 def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     chained = _fast(TAIL, chain=True, monkeypatch=monkeypatch)
     stepwise = _fast(TAIL, chain=False, monkeypatch=monkeypatch)
@@ -117,6 +120,7 @@ def test_chain_is_the_stepwise_path_bit_for_bit(monkeypatch: pytest.MonkeyPatch)
     _assert_identical(chained, stepwise)
 
 
+@pure_only
 def test_implicit_chains_read_the_blocks_the_columns_give(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain over implicit rows builds its block arithmetic from the rows' offset histogram
     and sums (``TailBlocks.from_offsets``): the same state as from the columns, with decode
@@ -165,6 +169,7 @@ def tail_cases(draw: st.DrawFn, batched_tokens: tuple[int, ...] = (16, 64, 256, 
     )
 
 
+@pure_only
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=tail_cases())
 def test_fast_equals_exact_and_stepwise_when_tails_are_preempted(case: Case) -> None:

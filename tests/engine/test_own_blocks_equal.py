@@ -31,6 +31,7 @@ from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload import Workload, arrival_times_s
 from inferplan.workload.prefixes import with_own_blocks
+from native_mode import attributes, pure_only
 
 from .test_fast_equals_exact import _assert_same as assert_same_schedule
 
@@ -93,8 +94,10 @@ def _fingerprint(res: SimulationResult) -> list[Any]:
         return value
 
     rec = [plain(getattr(res.records, f.name)) for f in fields(res.records)]
-    itl = [plain(v) for k, v in vars(res.itl).items() if k != "grid"]
-    traces = [[plain(v) for v in vars(t).values()] for t in res.traces]
+    # A compiled (mypyc) histogram has no ``__dict__``: its attributes, in the same order.
+    names = getattr(type(res.itl), "__mypyc_attrs__", None) or list(vars(res.itl))
+    itl = [plain(getattr(res.itl, k)) for k in names if k != "grid"]
+    traces = [[plain(v) for v in attributes(t).values()] for t in res.traces]
     totals = [res.num_steps, repr(res.duration_s)]
     return [rec, itl, traces, totals]
 
@@ -171,35 +174,15 @@ def test_the_overloaded_scenario_preempts_and_re_hits() -> None:
     )
 
 
-class _NewestFirst(OwnBlocks):
-    """Evicts the most recently freed run first (vLLM evicts the least recently freed)."""
-
-    def evict_to(self, free_blocks: int) -> None:
-        while self.lru_blocks > free_blocks:
-            rid, entries = next(reversed(self.runs.items()))
-            drop = min(entries, -(-(self.lru_blocks - free_blocks) // self.entry_blocks))
-            if drop == entries:
-                del self.runs[rid]
-            else:
-                self.runs[rid] = entries - drop
-            self.lru_blocks -= drop * self.entry_blocks
-
-
-class _HeadFirst(OwnBlocks):
-    """Evicts a run's first entries first (vLLM frees a request's tail blocks first): the run
-    is left with no prefix to hit."""
-
-    def evict_to(self, free_blocks: int) -> None:
-        while self.lru_blocks > free_blocks:
-            rid = next(iter(self.runs))
-            del self.runs[rid]  # a run missing its first entry hits nothing
-            self.lru_blocks = sum(self.runs.values()) * self.entry_blocks
-
-
-@pytest.mark.parametrize("wrong", [_NewestFirst, _HeadFirst])
+@pure_only
+@pytest.mark.parametrize("name", ["NewestFirst", "HeadFirst"])
 def test_a_wrong_eviction_order_changes_the_results(
-    wrong: type[OwnBlocks], monkeypatch: pytest.MonkeyPatch
+    name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Imported here: a test's subclass of a compiled class cannot be defined (pure_only).
+    from .wrong_evictions import WRONG_EVICTIONS
+
+    wrong = WRONG_EVICTIONS[name]
     wl, cfg = _overloaded()
     _, hashed = _both(wl, cfg)
     monkeypatch.setattr(replica_module, "OwnBlocks", wrong)
@@ -224,6 +207,7 @@ def test_windowed_pools_keep_one_hash_per_block() -> None:
     assert replica_module.prefix_cache_for(replace(sched, enable_prefix_caching=False), wl) is None
 
 
+@pure_only
 def test_the_vector_preemption_step_runs_on_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """The overloaded scenario's preempting decode steps, taken one at a time, take
     ``engine/ownsteps.py``'s vector form (with the general running pass's evictions), and the

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from inferplan.engine import simulator as simulator_module
 from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.workload.prefixes import with_own_blocks
+from native_mode import pure_only
 
 from .test_chain import TAIL, _assert_identical, count_chains, tail_cases
 from .test_fast_equals_exact import Case, _assert_same, _plan_and_model, _workload
@@ -40,6 +41,7 @@ def _chains_with_preemptions(case: Case, monkeypatch: pytest.MonkeyPatch) -> int
     return sum(taken)
 
 
+@pure_only
 @pytest.mark.parametrize("block_size", [16, 4, 1])
 def test_own_block_chains_run_and_equal_exact_and_stepwise(
     block_size: int, monkeypatch: pytest.MonkeyPatch
@@ -53,6 +55,7 @@ def test_own_block_chains_run_and_equal_exact_and_stepwise(
     assert _chains_with_preemptions(case, monkeypatch) > 10
 
 
+@pure_only
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=tail_cases(batched_tokens=(16, 64, 96, 256, 2048)))
 def test_fast_equals_exact_and_stepwise_with_own_blocks(case: Case) -> None:

@@ -22,6 +22,7 @@ from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationR
 from inferplan.memory.ownblocks import OwnBlocks
 from inferplan.workload import Workload
 from inferplan.workload.prefixes import with_own_blocks
+from native_mode import pure_only
 
 from .replica_helpers import replica_at_zero
 from .test_fast_equals_exact import (
@@ -112,6 +113,7 @@ def _advances(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[SimulationRe
     return _run(wl, cfg), calls[0]
 
 
+@pure_only
 def test_stretches_run_across_the_head_hits_crossings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The overloaded case preempts and re-hits, and fast == exact; with the head's hit ending
     every stretch at a crossing (the hashed cache's bound) it takes far more advances."""
@@ -125,6 +127,7 @@ def test_stretches_run_across_the_head_hits_crossings(monkeypatch: pytest.Monkey
     _assert_same(stepwise, fast)
 
 
+@pure_only
 def test_ignoring_the_heads_admission_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stretch that ran on past the step whose waiting pass admits the head (the head's
     shrinking hit not evaluated) moves admissions: fast != exact."""

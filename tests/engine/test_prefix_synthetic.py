@@ -148,7 +148,7 @@ def test_prefix_caching_shortens_ttft_and_off_is_unchanged() -> None:
     wl = with_shared_prefix(base, 1500)
     on = _run(wl, _config(wl, 16, 4000, 8192, 1, exact=False))
     cfg_off = _config(wl, 16, 4000, 8192, 1, exact=False)
-    off_sched = SchedulerConfig(**{**cfg_off.scheduler.__dict__, "enable_prefix_caching": False})
+    off_sched = replace(cfg_off.scheduler, enable_prefix_caching=False)
     off = _run(wl, SimulationConfig(off_sched, cfg_off.max_model_len))
     assert off.records.cached_tokens is None
     ttft_on = on.records.first_token_s - on.records.arrival_s
@@ -175,9 +175,7 @@ def _disagg(
     d_cfg = _config(
         wl, 16, spare + 40 if decode_spare is None else decode_spare, budget, 1, exact=exact
     )
-    d_sched = SchedulerConfig(
-        **{**d_cfg.scheduler.__dict__, "enable_prefix_caching": decode_caching}
-    )
+    d_sched = replace(d_cfg.scheduler, enable_prefix_caching=decode_caching)
     decode = Pool("decode", SimulationConfig(d_sched, d_cfg.max_model_len, exact=exact), _model())
     return simulate_disaggregated(wl, prefill, decode, KvLink(50e9, 0.0), lambda t: t * kvb)
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from inferplan.engine import implicit_step
 from inferplan.engine.simulator import Simulation, SimulationResult
+from native_mode import pure_only
 
 from .test_chain import TAIL, _assert_identical
 from .test_fast_equals_exact import Case, _check_case, _config, _plan_and_model, _workload
@@ -47,6 +48,7 @@ def _fast(case: Case, *, implicit: bool, check: bool = False) -> tuple[Simulatio
 RESUMING = replace(TAIL, num_requests=60, max_input=60, max_output=700, spare_blocks=60)
 
 
+@pure_only
 def test_resumed_admissions_implicit_equal_the_column_form() -> None:
     implicit, taken = _fast(RESUMING, implicit=True)
     columns, _ = _fast(RESUMING, implicit=False)
@@ -55,6 +57,7 @@ def test_resumed_admissions_implicit_equal_the_column_form() -> None:
     _assert_identical(implicit, columns)
 
 
+@pure_only
 def test_resumed_admissions_keep_the_invariants_and_fast_equals_exact() -> None:
     # Reading the columns after each step settles the rows: the column form runs there.
     checked, _ = _fast(RESUMING, implicit=True, check=True)
@@ -78,6 +81,7 @@ def resuming_cases(draw: st.DrawFn) -> Case:
     )
 
 
+@pure_only
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=resuming_cases())
 def test_resumed_admissions_bit_for_bit(case: Case) -> None:

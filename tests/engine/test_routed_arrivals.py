@@ -21,6 +21,7 @@ from inferplan.cluster.classpool_sim import ClassPoolSimulation
 from inferplan.cluster.classpools import ClassPools, PoolSpec, Repartition
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.simulator import Simulation
+from native_mode import pure_only
 
 from .test_fast_equals_exact import (
     BASE,
@@ -83,6 +84,7 @@ def _loop_counts(case: Case, *, planned: bool) -> tuple[Counter[int], Counter[in
     return iterations, single_steps, sim
 
 
+@pure_only  # counts single steps by patching ``Replica.step`` on each instance
 def test_stretch_breaks_follow_the_replicas_own_events() -> None:
     """With 8 replicas, every iteration on a replica is one of its single steps or a stretch
     that ended at one of its own events (arrival, finish, preemption): at most the sum of

@@ -20,6 +20,7 @@ from inferplan.engine import thrash as thrash_module
 from inferplan.engine import thrashrun
 from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.engine.thrash import doomed_cycles
+from native_mode import pure_only
 
 from .test_chain import _assert_identical
 from .test_fast_equals_exact import BASE, Case, _check_case, _config, _plan_and_model, _workload
@@ -51,6 +52,7 @@ THRASH = replace(
 )
 
 
+@pure_only
 def test_long_heads_thrash_and_fast_equals_exact(cycles_taken: list[int]) -> None:
     fast = _check_case(THRASH)
     assert fast.records.num_preemptions.sum() > 50
@@ -103,6 +105,7 @@ def _fast(case: Case, *, runs: bool) -> tuple[SimulationResult, int]:
     return res, taken[0]
 
 
+@pure_only
 def test_runs_of_cycles_are_one_cycle_at_a_time_bit_for_bit() -> None:
     """Runs of identical cycles (``engine/thrashrun.py``) ran and leave every record, the ITL
     histogram and the KV trace as one cycle at a time does."""
@@ -113,6 +116,7 @@ def test_runs_of_cycles_are_one_cycle_at_a_time_bit_for_bit() -> None:
     _assert_identical(with_runs, alone)
 
 
+@pure_only
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=thrash_cases())
 def test_runs_of_cycles_equal_one_cycle_at_a_time(case: Case) -> None:

@@ -23,6 +23,7 @@ from inferplan.memory.tiers import TierSpec
 from inferplan.metrics.records import RequestStatus
 from inferplan.workload import Workload
 from inferplan.workload.predict import PredictorSpec
+from native_mode import pure_only
 
 from .test_offload import (
     BLOCK_BYTES,
@@ -158,6 +159,7 @@ def test_preempted_sequences_reload_under_reservations() -> None:
     assert preempted[0] > preempted[1] > 0
 
 
+@pure_only  # a stand-in ``KvOffload`` (compiled, the attribute's type is checked)
 def test_reloading_requests_reservations_are_outstanding() -> None:
     """A request admitted while its KV comes back from a tier holds 3 blocks and a 10-block
     reservation off the running set: its 7 unallocated blocks are outstanding, so a 20-block

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.metrics.steptrace import StepTrace, _pairwise
+from native_mode import attributes
 
 
 def test_time_weighted_mean_and_max_by_hand() -> None:
@@ -135,7 +136,8 @@ def test_record_many_is_one_record_per_pair(
         for t, b in zip(times.tolist(), blocks.tolist(), strict=True):
             one.record(t, b)
         many.record_many(times, blocks)
-        assert vars(one) == vars(many) or _same_nan(vars(one), vars(many))
+        state_one, state_many = attributes(one), attributes(many)
+        assert state_one == state_many or _same_nan(state_one, state_many)
     assert one.summary() == many.summary()
     segments = (one._seg_start_s, one._seg_end_s, one._seg_area_block_s, one._seg_peak_blocks)
     assert _pairwise(*segments) == _pairwise_reference(*segments)
@@ -161,7 +163,8 @@ def test_record_many_refuses_time_going_backwards() -> None:
 )
 def test_pairwise_in_numpy_equals_its_list_form(segments: list[tuple[float, float, int]]) -> None:
     """Any count of segments (odd: the last one alone), bit for bit and with the same types."""
-    starts = list(np.cumsum([0.0] + [s for s, _, _ in segments[:-1]]))[: len(segments)]
+    # Python floats, as the trace holds (``tolist``; compiled, a ``float`` is never numpy's).
+    starts = np.cumsum([0.0] + [s for s, _, _ in segments[:-1]]).tolist()[: len(segments)]
     ends = [s + 1.0 for s in starts]
     areas, peaks = [a for _, a, _ in segments], [p for _, _, p in segments]
     merged, reference = (

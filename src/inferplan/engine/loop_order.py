@@ -54,6 +54,11 @@ class AdvanceLog:
         self.has_work = np.asarray(has_work, dtype=np.bool_)  # work left after it
         self.num_routed = np.asarray(num_routed, dtype=np.int64)  # own arrivals routed by then
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # ``engine/apart.py``'s workers send logs back; compiled with mypyc (``native.py``),
+        # an instance unpickles only through its constructor.
+        return (AdvanceLog, (self.start_s, self.end_s, self.has_work, self.num_routed))
+
     def __len__(self) -> int:
         return len(self.start_s)
 

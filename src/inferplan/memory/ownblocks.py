@@ -52,6 +52,11 @@ class OwnBlocks(PrefixCache):
         # Freed runs, least recently freed first: request id -> its first entries still cached.
         self.runs: OrderedDict[int, int] = OrderedDict()
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # As ``PrefixCache.__reduce__``, with this constructor's arguments.
+        empty = np.zeros(0, dtype=np.int64)
+        return (type(self), (empty, self.entry_blocks), self.__getstate__())
+
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
         return min(self.runs.get(rid, 0), max_entries), 0  # nobody else maps its blocks
 

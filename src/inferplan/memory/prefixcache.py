@@ -139,6 +139,11 @@ class PrefixCache:
         # the engine registers those when the request frees its blocks (module doc).
         self.covers_output = False
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # ``engine/apart.py``'s workers send caches back; compiled with mypyc (``native.py``),
+        # an instance unpickles only through its constructor, then takes its state.
+        return (type(self), ((), self.entry_blocks), self.__getstate__())
+
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
         """(entries of ``rid``'s prompt cached from the first, at most ``max_entries``; of
         those, the blocks other running requests map, which admission does not allocate)."""

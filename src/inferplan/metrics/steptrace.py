@@ -60,6 +60,11 @@ class StepTrace:
         self._seg_area_block_s: list[float] = []
         self._seg_peak_blocks: list[int] = []
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # ``engine/apart.py``'s workers send traces back; compiled with mypyc (``native.py``),
+        # an instance unpickles only through its constructor, then takes its state.
+        return (type(self), (self.total_blocks,), self.__getstate__())
+
     def record(self, now_s: float, used_blocks: int) -> None:
         """From ``now_s`` on, ``used_blocks`` blocks are in use. Time must not go backwards."""
         if self.num_records == 0:
