@@ -34,9 +34,12 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     run, pool = r.running, r.pool
     rows, n = run.rows, run._size
     new_blocks = rows.crossings(1)
-    if new_blocks > pool.free:
+    if new_blocks > pool.free_blocks:
         return False
-    pool.free -= new_blocks
+    if pool.cache is None:
+        pool.free_blocks -= new_blocks  # nothing to evict
+    else:
+        pool.free = pool.free_blocks - new_blocks  # evicts what no longer fits
     decode_context = rows.total_context()
     emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
     chunks: list[int] = []
@@ -59,7 +62,7 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     admitted = list(zip(*appended, strict=True)) if appended else [()] * len(ints)
     hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
     duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))
-    r.trace.record(r.now, pool.used)
+    r.trace.record(r.now, pool.num_blocks - pool.free_blocks)
     start = r.now  # the admitted rows' last token time (``admit_popped``'s ``now``)
     r.now += duration
     r.num_steps += 1
@@ -115,7 +118,7 @@ def _admit_one(
     rid, computed, tokens, generated, target, held, _ = stored
     hit = computed + lag
     duration = r.step_s.seconds(*step_shape(n, decode_context, [chunk], [hit]))
-    r.trace.record(r.now, r.pool.used)
+    r.trace.record(r.now, r.pool.num_blocks - r.pool.free_blocks)
     start = r.now  # the admitted row's last token time (``admit_popped``'s ``now``)
     r.now = now = start + duration
     r.num_steps += 1

@@ -249,13 +249,13 @@ class Replica:
         else:
             crossing = pool.crossing_cost(computed)
             new_blocks = int(_sum(crossing))
-        if new_blocks > pool.free:
+        if new_blocks > pool.free_blocks:
             return False
         admission = self.scheduler.admission  # reservations: the unreserved blocks must last too
         grants = admission is None or admission.grants_decode(run, crossing.astype(np.int64))
         if not grants:
             return False
-        pool.free -= new_blocks
+        pool.free = pool.free_blocks - new_blocks
         np.add(run.held_blocks, crossing, out=run.held_blocks)
         decode_context = int(_sum(computed)) + n
         chunks: list[int] = []
@@ -265,7 +265,7 @@ class Replica:
             return True
         hits = run.num_computed[n:].tolist()
         duration = self.step_s.seconds(*_step_shape(n, decode_context, chunks, hits))
-        self.trace.record(self.now, pool.used)
+        self.trace.record(self.now, pool.num_blocks - pool.free_blocks)
         self.now += duration
         self.num_steps += 1
         computed, tokens = run.num_computed, run.num_tokens  # fresh views: admission may grow
@@ -395,7 +395,7 @@ class Replica:
         rec.output_tokens[rid] = generated
         rec.status[rid] = _COMPLETED
         if self.pool.cache is None:
-            self.pool.free += held
+            self.pool.free_blocks += held  # nothing to evict
         else:
             self.scheduler.release_blocks(rid, held, computed)
         self.on_finish.append(rid)
@@ -427,7 +427,7 @@ class Replica:
         rec.output_tokens[ids] = run.num_generated[rows]
         rec.status[ids] = int(RequestStatus.COMPLETED)
         if self.pool.cache is None:
-            self.pool.free += int(_sum(run.held_blocks[rows]))
+            self.pool.free = self.pool.free_blocks + int(_sum(run.held_blocks[rows]))
         else:
             held_blocks, done_rows = run.held_blocks[rows].tolist(), run.num_computed[rows].tolist()
             for rid, held, done in zip(ids.tolist(), held_blocks, done_rows, strict=True):

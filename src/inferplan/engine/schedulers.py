@@ -181,13 +181,13 @@ class Scheduler:
         cached first (``memory/prefixcache.py``)."""
         cache = self.pool.cache
         if cache is None:
-            self.pool.free += held
+            self.pool.free_blocks += held  # nothing to evict
             return
         if cache.covers_output and computed is not None:
             cache.register(rid, computed // (cache.entry_kv_blocks * self.pool.block_size))
-        self.pool.free += held - cache.release(rid)
+        self.pool.free = self.pool.free_blocks + held - cache.release(rid)
         if cache.covers_output and cache.window_entries is not None:
-            cache.evict_to(self.pool.free)  # windowed parts just cached may not fit
+            cache.evict_to(self.pool.free_blocks)  # windowed parts just cached may not fit
 
     # ---- admission, defined once ------------------------------------------------------------
 
@@ -203,7 +203,7 @@ class Scheduler:
                 self.running, after_decode_step=after_decode_step
             )
             return reserved_free - unsafe
-        free = self.pool.free - unsafe
+        free = self.pool.free_blocks - unsafe
         if after_decode_step:
             run = self.running
             if run.rows.block:  # implicit rows: from the block-crossing histogram
@@ -318,16 +318,16 @@ class Scheduler:
             reload(self, rid, tokens, hit, held)  # it joins the batch when its KV is back
             return False
         if pool.cache is None:
-            pool.free -= held
+            pool.free_blocks -= held  # nothing to evict
         else:  # map the cached entries first, so that allocating cannot evict them
             entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
             in_hbm = map_cached(self, rid, tokens, hit // entry_tokens, held, now)
             if in_hbm is None:
                 return False  # the rest of its prefix comes back from a tier: it waits
-            pool.free -= held - in_hbm * pool.cache.entry_blocks
+            pool.free = pool.free_blocks - (held - in_hbm * pool.cache.entry_blocks)
             end = min(hit + chunk, self.prompt_tokens.item(rid))
             pool.cache.register(rid, end // entry_tokens)
-            pool.cache.evict_to(pool.free)
+            pool.cache.evict_to(pool.free_blocks)
         first_scheduled_s = self.records.first_scheduled_s
         if math.isnan(first_scheduled_s.item(rid)):  # ``item``: a Python float, no numpy scalar
             first_scheduled_s[rid] = now
@@ -344,8 +344,8 @@ class Scheduler:
         sched = np.minimum(need, np.maximum(self.cfg.max_num_batched_tokens - (cum - need), 0))
         slots = run.num_computed + sched if spec is None else spec.slots(run.num_computed, sched)
         new_blocks = np.maximum(pool.blocks_for(slots) - run.held_blocks, 0)
-        if int(new_blocks.sum()) <= pool.free:
-            pool.free -= int(new_blocks.sum())
+        if int(new_blocks.sum()) <= pool.free_blocks:
+            pool.free = pool.free_blocks - int(new_blocks.sum())
             run.held_blocks = run.held_blocks + new_blocks
             return StepDecision(sched)
         return self._schedule_running_with_preemption()
@@ -367,16 +367,16 @@ class Scheduler:
             sched = np.minimum(need, np.maximum(budget - (cum - need), 0))
             slots = computed + sched if spec is None else spec.slots(computed, sched)
             new_blocks = np.maximum(pool.blocks_for(slots) - run.held_blocks[start:], 0)
-            failing = np.flatnonzero(np.cumsum(new_blocks) > pool.free)
+            failing = np.flatnonzero(np.cumsum(new_blocks) > pool.free_blocks)
             granted = len(new_blocks) if len(failing) == 0 else int(failing[0])
-            pool.free -= int(new_blocks[:granted].sum())
+            pool.free = pool.free_blocks - int(new_blocks[:granted].sum())
             run.held_blocks[start : start + granted] += new_blocks[:granted]
             granted_tokens[start : start + granted] = sched[:granted]
             budget -= int(sched[:granted].sum())
             if granted == len(new_blocks):
                 break
             row, needed, tokens = start + granted, int(new_blocks[granted]), int(sched[granted])
-            while needed > pool.free:
+            while needed > pool.free_blocks:
                 victim = self.victim_row()
                 victims.append(int(run.ids[victim]))
                 swap_s += self.preempt(victim)
@@ -388,7 +388,7 @@ class Scheduler:
                         granted_tokens, swap_s=swap_s, preempted=True, preempted_ids=victims
                     )
                 row -= victim < row
-            pool.free -= needed
+            pool.free = pool.free_blocks - needed
             run.held_blocks[row] += needed
             granted_tokens[row] = tokens
             budget -= tokens
@@ -431,12 +431,12 @@ class Scheduler:
         first_added = len(run)
         swap_s = decision.swap_s
         while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
-            if not self.swapped_head_fits(budget, pool.free):
+            if not self.swapped_head_fits(budget, pool.free_blocks):
                 break
             rid, computed, tokens, held = self.swapped.popleft()
             n = min(tokens - computed, budget)
             blocks = max(pool.blocks_for_one(computed + n), held)
-            pool.free -= blocks
+            pool.free = pool.free_blocks - blocks
             generated = int(tokens - self.prompt_tokens[rid])
             run.append(rid, computed, tokens, generated, int(self.target_tokens[rid]), blocks, now)
             sched.append(n)

@@ -319,7 +319,7 @@ class Simulation:
         stretches = replica.stretches
         # ``preemption_chain`` declines a first stretch while the pool lasts a round of
         # crossings: that test here saves its call on every stretch below capacity.
-        first_chain = chain and replica.pool.free < replica.running._size
+        first_chain = chain and replica.pool.free_blocks < replica.running._size
         if first_chain and preemption_chain(replica, next_arrival_s, preempting=False):
             return  # the loop below, at once
         while True:

@@ -117,7 +117,7 @@ class DecodeStretches:
             k = min(k, self._steps_before_head_hit_shrinks(k) if own is None else own)
         if r.offload is not None and r.offload.evictable_blocks():
             k = min(k, self._steps_before_eviction(k, r.offload.evictable_blocks()))
-        if pool.is_uniform and (pool.free // n) * pool.block_size >= k:
+        if pool.is_uniform and (pool.free_blocks // n) * pool.block_size >= k:
             k_pool = k  # ``_steps_before_pool_runs_out``'s first answer, without its call
         else:
             k, k_pool = self._steps_before_pool_runs_out(k)
@@ -142,7 +142,7 @@ class DecodeStretches:
         hit, _ = r.scheduler.prefix_hit(rid, tokens)
         if not hit:
             return k
-        spare = pool.free - cache.lru_blocks  # blocks handed out before anything is evicted
+        spare = pool.free_blocks - cache.lru_blocks  # blocks handed out before anything is evicted
         consumed = int((pool.blocks_for(run.num_computed + k) - run.held_blocks).sum())
         if spare >= consumed:
             return k
@@ -168,7 +168,7 @@ class DecodeStretches:
         order) that the rest of the pool cannot cover fails."""
         r = self.replica
         run, pool, block = r.running, r.pool, r.cfg.block_size
-        free, n = pool.free if free is None else free, run._size
+        free, n = pool.free_blocks if free is None else free, run._size
         if pool.is_uniform:  # every crossing costs one block: a partial sort finds it
             full_rounds = (free // n) * block
             if full_rounds >= k:
@@ -212,7 +212,7 @@ class DecodeStretches:
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(now, pool.used)
+        r.trace.record(now, pool.num_blocks - pool.free_blocks)
         if r.scheduler.counts_idle_slots:
             r.count_idle_slots(k)
         if not rows.block:
@@ -230,8 +230,10 @@ class DecodeStretches:
             remaining = rows.fewest_left()
         rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
         # The pool is what rows do not map (shared prefix blocks counted once).
-        shared = 0 if pool.cache is None else pool.shared
-        pool.free = r.cfg.num_blocks - rows.ceil_sum + shared
+        if pool.cache is None:
+            pool.free_blocks = r.cfg.num_blocks - rows.ceil_sum  # nothing to evict
+        else:
+            pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
         r.now = now = now + total
         r.num_steps += k
         if not self._every_step:

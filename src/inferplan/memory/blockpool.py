@@ -99,23 +99,25 @@ class BlockPool:
     """Free pool blocks, and the block arithmetic of sequences (tokens -> pool blocks held).
 
     With a prefix cache (``prefixcache.py``) ``free`` includes the cached-free blocks, and
-    lowering it below them evicts the least recently freed entries.
+    lowering it below them evicts the least recently freed entries. ``free_blocks`` is the same
+    count as a plain attribute, for the engine's hot paths to read without a property call;
+    write it through ``free`` (which evicts), or directly only where ``cache`` is None.
     """
 
     def __init__(self, num_blocks: int, block_size: int, groups: tuple[KvGroup, ...]) -> None:
         self.num_blocks, self.block_size, self.groups = num_blocks, block_size, groups
-        self._free = num_blocks
+        self.free_blocks: int = num_blocks
         self.cache: PrefixCache | None = None
         # One full-attention group of cost 1: a block per ``block_size`` tokens (fast paths).
         self.is_uniform = groups == FULL_ATTENTION
 
     @property
     def free(self) -> int:
-        return self._free
+        return self.free_blocks
 
     @free.setter
     def free(self, blocks: int) -> None:
-        self._free = blocks
+        self.free_blocks = blocks
         cache = self.cache
         if cache is not None and cache.lru_blocks > blocks:
             cache.evict_to(blocks)
@@ -127,7 +129,7 @@ class BlockPool:
 
     @property
     def used(self) -> int:
-        return self.num_blocks - self._free
+        return self.num_blocks - self.free_blocks
 
     def blocks_for(self, tokens: IntArray) -> IntArray:
         """Pool blocks sequences of ``tokens`` KV tokens hold."""
