@@ -14,6 +14,10 @@ constants fitted on the others. The out-of-fold errors are the headline; the in-
     .venv/bin/python scripts/fit_published.py --dry-run   # fit, CV, print tables only
     .venv/bin/python scripts/fit_published.py             # ... and write the family files
     .venv/bin/python scripts/fit_published.py --families blackwell,ada --no-cv  # refit two
+    .venv/bin/python scripts/fit_published.py --collectives-only [--per-hop]  # in-sample, fast
+
+``--per-hop`` charges NCCL's per-step collective latency (``perf/comm.py``, off by default) and
+fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from inferplan.perf import comm
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency, bundled_efficiency
 from inferplan.plan.calibration import golden_section, huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
@@ -51,6 +56,10 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "dequant_gemm": (0.1, 1.0),
     "moe_gemm": (0.1, 1.0),
 }
+# With --per-hop, collective_latency_s is NCCL's per-step latency (perf/comm.py): 0 to 6 us, the
+# largest single-node step latency in NCCL's tuning table (PCIe, Ring / Simple: 5.7 us).
+PER_HOP_BOUNDS = (0.0, 6e-6)
+COLLECTIVE_KEYS = ("collective_bandwidth", "collective_latency_s")
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
     "per_seq_overhead_s": (0.0, 5e-5),
@@ -283,7 +292,8 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
     # Every fit (the in-sample one and each fold's) starts from the same priors, the default
     # family file's values, never from constants already fitted to the whole table.
     prior = bundled_efficiency("default")
-    fitted_keys = {k: getattr(prior, k) for k in FIT_BOUNDS}
+    # A prior outside its bounds (--per-hop's per-step latency) starts at the nearest bound.
+    fitted_keys = {k: min(max(getattr(prior, k), lo), hi) for k, (lo, hi) in FIT_BOUNDS.items()}
     family = {f: replace(bundled_efficiency(f), **fitted_keys) for f in sorted(families)}
     base = {
         "step_overhead_s": prior.step_overhead_s,
@@ -305,6 +315,27 @@ def committed_constants(rows: list[PublishedRow], refit: set[str]) -> Constants:
     return Constants(family, costs)
 
 
+def collectives_only(rounds: int, steps: int) -> int:
+    """In-sample: every family's collective constants refitted, everything else as committed."""
+    rows = fit_rows()
+    origin = committed_constants(rows, set())
+    before = predict(rows, origin)
+    bounds = {k: FIT_BOUNDS[k] for k in COLLECTIVE_KEYS}
+    fitted = origin
+    for _ in range(rounds):
+        for family in sorted(fitted.family):
+            mine = [r for r in rows if family_of(r) == family]
+            if mine:
+                fitted = _descend(mine, fitted, bounds, _set_family(family), steps)
+    after = predict(rows, fitted)
+    for family, eff in fitted.family.items():
+        print(f"  {family}: " + ", ".join(f"{k}={getattr(eff, k):.4g}" for k in COLLECTIVE_KEYS))
+    print(report(before, "Committed constants (in-sample)"))
+    print()
+    print(report(after, "Collective constants refitted (in-sample)"), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true")
@@ -320,7 +351,23 @@ def main(argv: list[str]) -> int:
         "from the priors; the other families and the release costs stay as committed, and "
         "only these files are written. The cross-validation still fits everything per fold.",
     )
+    parser.add_argument(
+        "--per-hop",
+        action="store_true",
+        help="Charge NCCL's per-step latency (perf/comm.py PER_HOP_LATENCY) and fit it",
+    )
+    parser.add_argument(
+        "--collectives-only",
+        action="store_true",
+        help="In-sample refit of the collective constants alone from the committed files; "
+        "prints, writes nothing",
+    )
     args = parser.parse_args(argv)
+    if args.per_hop:
+        comm.PER_HOP_LATENCY = True
+        FIT_BOUNDS["collective_latency_s"] = PER_HOP_BOUNDS
+    if args.collectives_only:
+        return collectives_only(args.rounds, args.steps)
     if args.jobs < 1:
         print("error: --jobs: must be at least 1", file=sys.stderr)
         return 2

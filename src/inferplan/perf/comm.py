@@ -10,6 +10,16 @@ With a ``Topology`` (``specs/topology.py``) the link is the slowest tier the gro
 ring runs at its slowest hop), and an all-to-all that spans nodes splits its traffic: the part
 for peers in the same node goes over the fast tier, the rest over the NICs, both at once, so it
 takes the longer of the two.
+
+Latency (``PER_HOP_LATENCY``, off by default): NCCL's tuning model charges a ring collective a
+base latency plus one hardware latency per sequential step: ``2 (p - 1)`` steps for an
+all-reduce, ``p - 1`` for an all-gather or reduce-scatter (NVIDIA/nccl ``src/graph/tuning.cc``,
+``ncclTopoTuneModel``: base 3.6-6.6 us for Ring / LL, per step 0.47-0.6 us over NVLink, 1.0 us
+over PCIe, 2.7 us over the network; a single-node tree has the same ``2 (p - 1)`` count). With
+the flag on, ``collective_latency_s`` is that per-step latency (fitted per family, so one per
+interconnect kind) and ``NCCL_BASE_LATENCY_S`` the fixed part; off, it is one flat latency per
+call whatever the group size (the committed constants are fitted that way). Measured in
+``docs/validation.md`` (``comm``, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -17,6 +27,16 @@ from __future__ import annotations
 from inferplan.perf.efficiency import Efficiency
 from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.topology import Topology
+
+PER_HOP_LATENCY = False  # docs/validation.md (`comm`, 2026-12-02): measured, left off
+NCCL_BASE_LATENCY_S = 6.6e-6  # NCCL tuning.cc baseLat, Ring / LL (the small-message protocol)
+
+
+def latency_s(eff: Efficiency, steps: int) -> float:
+    """Fixed cost of a collective of ``steps`` sequential ring steps (``PER_HOP_LATENCY``)."""
+    if not PER_HOP_LATENCY:
+        return eff.collective_latency_s
+    return NCCL_BASE_LATENCY_S + steps * eff.collective_latency_s
 
 
 def link_bytes_s(gpu: GpuSpec, group_size: int, topology: Topology | None = None) -> float:
@@ -31,11 +51,16 @@ def link_bytes_s(gpu: GpuSpec, group_size: int, topology: Topology | None = None
 
 
 def _collective_s(
-    wire_bytes: float, ranks: int, gpu: GpuSpec, eff: Efficiency, topology: Topology | None
+    wire_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None,
+    steps: int,
 ) -> float:
-    """``wire_bytes`` per rank over the group's slowest link, plus the fixed latency."""
+    """``wire_bytes`` per rank over the group's slowest link, plus the latency of ``steps``."""
     link = link_bytes_s(gpu, ranks, topology)
-    return eff.collective_latency_s + wire_bytes / (link * eff.collective_bandwidth)
+    return latency_s(eff, steps) + wire_bytes / (link * eff.collective_bandwidth)
 
 
 def allreduce_s(
@@ -47,7 +72,8 @@ def allreduce_s(
 ) -> float:
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
-    return _collective_s(2 * (ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
+    wire_bytes = 2 * (ranks - 1) / ranks * num_bytes
+    return _collective_s(wire_bytes, ranks, gpu, eff, topology, 2 * (ranks - 1))
 
 
 def alltoall_s(
@@ -64,8 +90,8 @@ def alltoall_s(
         inner = topology.inner_size(ranks)
         near = (inner - 1) / ranks * num_bytes / topology.link_bytes_s(inner)
         far = (ranks - inner) / ranks * num_bytes / topology.link_bytes_s(ranks)
-        return eff.collective_latency_s + max(near, far) / eff.collective_bandwidth
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
+        return latency_s(eff, ranks - 1) + max(near, far) / eff.collective_bandwidth
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
 
 
 def p2p_s(
@@ -79,7 +105,7 @@ def p2p_s(
     """A send between neighbouring pipeline stages."""
     if num_bytes <= 0:
         return 0.0
-    return eff.collective_latency_s + num_bytes / (
+    return latency_s(eff, 1) + num_bytes / (
         link_bytes_s(gpu, group_size, topology) * eff.collective_bandwidth
     )
 
@@ -95,7 +121,7 @@ def allgather_s(
     each rank receives the ``(p-1)/p`` it does not hold (NCCL's ring all-gather)."""
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
 
 
 def reducescatter_s(
@@ -109,4 +135,4 @@ def reducescatter_s(
     sends the ``(p-1)/p`` that the others own (half of a ring all-reduce)."""
     if ranks <= 1 or num_bytes <= 0:
         return 0.0
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology)
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
