@@ -145,10 +145,10 @@ class Replica:
         # Whether every running row is a pure decode (None: unknown since the last exact step).
         # Stretches and preemption steps keep it true; only an exact step can change it.
         self._decoding: bool | None = None
-        self.stretches = DecodeStretches(self)
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )
+        self.stretches = DecodeStretches(self)  # reads the scheduler's class
         self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
         self.scheduler.offload = self.offload
         # Speculative decoding (``engine/speculation.py``): set by the simulation; its steps

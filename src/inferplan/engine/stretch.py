@@ -37,22 +37,19 @@ class DecodeStretches:
         # (steps, clock) of the last ``can_stretch`` that asked the scheduler: its
         # ``Scheduler.joins`` holds for a step that starts there (``implicit_step.py``).
         self.asked_at: tuple[int, float] | None = None
-        # Whether the scheduler looks at the queue every step and keeps no count of steps
-        # (``Scheduler``'s own ``steps_to_scheduling_point`` and ``note_steps``, which do
-        # nothing): a stretch then leaves out their calls. None until the first stretch.
-        self._every_step: bool | None = None
-        # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
-        # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
-        self._base_join = False
-
-    def _scheduler_every_step(self) -> bool:
         from inferplan.engine.schedulers import Scheduler  # the replica's own import order
 
-        cls = type(self.replica.scheduler)
-        every = cls.steps_to_scheduling_point is Scheduler.steps_to_scheduling_point
-        self._every_step = every and cls.note_steps is Scheduler.note_steps
+        cls = type(replica.scheduler)
+        # Whether the scheduler looks at the queue every step and keeps no count of steps
+        # (``Scheduler``'s own ``steps_to_scheduling_point`` and ``note_steps``, which do
+        # nothing): a stretch then leaves out their calls.
+        self._every_step = (
+            cls.steps_to_scheduling_point is Scheduler.steps_to_scheduling_point
+            and cls.note_steps is Scheduler.note_steps
+        )
+        # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
+        # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
         self._base_join = cls.head_can_join is Scheduler.head_can_join
-        return self._every_step
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
@@ -67,8 +64,6 @@ class DecodeStretches:
         scheduler = r.scheduler
         scheduler.joins = None  # set by vLLM v1's ``head_can_join`` only (its subclasses' too)
         self.asked_at = (r.num_steps, r.now)
-        if self._every_step is None:
-            self._scheduler_every_step()
         if self._base_join and not (r.swapped or r.waiting.tokens):
             return True  # ``Scheduler.head_can_join``'s first test: nothing can join
         return not scheduler.head_can_join()
@@ -106,8 +101,7 @@ class DecodeStretches:
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
             k = _steps_before(next_arrival_s - r.now, a, b, context, n, k)
-        every_step = self._every_step
-        if not (self._scheduler_every_step() if every_step is None else every_step):
+        if not self._every_step:
             block_end = r.scheduler.steps_to_scheduling_point()
             if block_end is not None:
                 k = min(k, block_end)
