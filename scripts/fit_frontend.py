@@ -6,8 +6,8 @@ SGLang, ``trtllm-serve``). Constants per class: the front end's ``per_request_s`
 ``per_input_token_s`` and ``per_token_s`` on a grid inside ``BOUNDS``, and for vLLM and SGLang
 the engine's host costs (``step_overhead_s``, ``per_seq_overhead_s``, ``perf/engine_overheads.py``)
 on ``HOSTS`` (vLLM v1: ``VLLM_HOSTS``, bounded by what vLLM is measured to spend on the
-host) with kernel factors on ``FACTORS`` (TensorRT-LLM keeps ``fit_published.py``'s release
-costs and its kernels; vLLM's BF16 is the reference, 1). Every engine
+host) with kernel factors on ``FACTORS`` (TensorRT-LLM runs ``validate``'s ``trtllm-serve``
+runtime, fitted by ``fit_trtllm_serve.py``; vLLM's BF16 is the reference, 1). Every engine
 simulation runs once per host-cost point; the front end is a pass over its records, so the
 whole grid is searched exhaustively. Loss: mean Huber loss of log errors.
 
@@ -202,13 +202,13 @@ def tables(
         factors = [f for f in run_factors(name, kernel) if f in (factor_grid or [f])]
         grid = itertools.product(hosts, factors or run_factors(name, kernel), stages)
         for host, factor, stage in grid:
-            eff = family
-            if host is not None:
-                eff = with_host(eff, host)
+            eff = family if host is None else with_host(family, host)
             engine_fe = None if stage is None else sglang_frontend(stage[0], 0.0, stage[1])
             eff = scale_kernels(eff, factor, kernel, name)
+            # trtllm-serve: validate's runtime (plan/trtllm_serve.py), not the family's constants
+            run_eff = None if name == "trtllm-serve" else eff
             try:
-                result = simulate_run(run, eff, False, engine_fe)
+                result = simulate_run(run, run_eff, False, engine_fe)
             except InferplanError:  # counted as missing at this point
                 result = None
             for fe in frontends(stage):
