@@ -122,3 +122,49 @@ def test_preempting_cases_equal_with_the_plain_pass(
         spare_blocks=spare_blocks, seed=seed, scheduling_policy=policy,
     )  # fmt: skip
     _assert_identical(_fast(case, plain=True)[0], _fast(case, plain=False)[0])
+
+
+def _joins(replica: Replica, *, plain: bool) -> tuple[bool, object]:
+    with pytest.MonkeyPatch.context() as patch:
+        if not plain:
+            patch.setattr(Scheduler, "_admits_plainly", lambda self: False)
+        joins = replica.scheduler.head_can_join()
+    return joins, replica.scheduler.joins
+
+
+@pure_only
+@settings(max_examples=60, deadline=None)
+@given(
+    prompt=st.integers(1, 700),
+    computed=st.integers(1, 200),
+    block_size=st.sampled_from([1, 4, 16]),
+    num_blocks=st.integers(16, 60),
+)
+def test_plain_head_test_equals_head_fit(
+    prompt: int, computed: int, block_size: int, num_blocks: int
+) -> None:
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=512, max_num_seqs=8, block_size=block_size, num_blocks=num_blocks
+    )
+    answers = []
+    for plain in (True, False):
+        replica = _queued([prompt], cfg)
+        held = -(-computed // block_size)
+        replica.running.append(7, computed, computed + 1, 1, computed + 9, held, 0.0)
+        replica.pool.free_blocks -= min(held, replica.pool.free_blocks)
+        answers.append(_joins(replica, plain=plain))
+    assert answers[0] == answers[1]
+
+
+@pure_only
+def test_plain_head_test_at_the_boundary() -> None:
+    cfg = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, block_size=16, num_blocks=64)
+    for free, joins in ((3, True), (2, False)):  # the head's 40 tokens take 3 blocks
+        for plain in (True, False):
+            replica = _queued([40], cfg)
+            replica.running.append(7, 20, 21, 1, 29, 2, 0.0)  # no crossing at the next step
+            replica.pool.free_blocks = free
+            assert _joins(replica, plain=plain) == (
+                joins,
+                (0, 40, 511, free, 0, 40, 0) if joins else None,
+            )

@@ -264,6 +264,14 @@ class Scheduler:
             return True
         if not queued:
             return False
+        if self._admits_plainly():  # ``_head_fit`` in block counts (no prefix hit)
+            rid, tokens = self.waiting.peek()
+            chunk = min(tokens, leftover)
+            if -(-chunk // self.pool.block_size) > available:
+                self.joins = None
+                return False
+            self.joins = rid, tokens, leftover, available, 0, chunk, 0
+            return True
         self.joins = self._head_fit(leftover, available)  # kept for the step that follows
         return self.joins is not None
 
