@@ -46,6 +46,7 @@ MODULES = (
     "engine/ownchain.py",
     "engine/ownsteps.py",
     "engine/ownstretch.py",
+    "engine/plain_admission.py",
     "engine/policies.py",
     "engine/prefill_first.py",
     "engine/prefix_admission.py",

@@ -108,7 +108,8 @@ class _Chain:
             left = ints[_TARGET, : self.n] - ints[_GENERATED, : self.n] - lag
             self.computed_sum = rows.computed_sum + self.n * lag  # of the running rows
             hist = rows.hist  # by stored offset: a row's offset is its stored one plus the lag
-            offsets = [hist[(v - lag) % block] for v in range(block)]
+            cut = block - lag % block  # ``offsets[v] = hist[(v - lag) % block]``, rotated
+            offsets = hist[cut:] + hist[:cut]
         else:
             self.computed = run.num_computed.copy()
             self.held_start = int(run.held_blocks.sum())
@@ -117,7 +118,7 @@ class _Chain:
             offsets = np.bincount(self.computed % block, minlength=block).tolist()
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
-        self.left_prefix = np.minimum.accumulate(left)
+        self.left_prefix: list[int] = np.minimum.accumulate(left).tolist()
         self.blocks = TailBlocks.from_offsets(offsets, self.computed_sum, block, self.usable)
         self.j, self.p, self.now = 0, self.n, r.now
         self.seg_max_itl = -math.inf  # the largest last step of the segments so far
@@ -196,7 +197,7 @@ class _Chain:
 
     def _left(self) -> int:
         """Fewest output tokens left among the running rows."""
-        return int(self.left_prefix[self.p - 1]) - self.j
+        return self.left_prefix[self.p - 1] - self.j
 
     def _head_can_join(self) -> bool:
         """``DecodeStretches.can_stretch`` negated, with the blocks left after the next step
@@ -211,8 +212,10 @@ class _Chain:
         if leftover <= 0:
             return False
         available = self.usable - self.blocks.held(self.j)
-        if self.own is None:
-            return r.scheduler.head_chunk(leftover, available) is not None
+        if self.own is None:  # ``head_chunk`` without a prefix cache, KV tiers or policies
+            # (``_applies``): the head's first chunk of ``min(tokens, leftover)`` tokens fits
+            tokens = r.waiting.peek()[1]
+            return -(-min(tokens, leftover) // self.block) <= available
         rid, tokens = r.waiting.peek()  # vLLM v1's ``head_chunk`` with the chain's hit
         run_entries, _ = self.own.head_run(rid)
         cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]
@@ -257,18 +260,20 @@ class _Chain:
     def _segment(self, k: int, a: float, b: float, context: int) -> None:
         """``DecodeStretches.advance_decode`` of ``k`` steps, every row having emitted at
         ``now``: the KV trace, the ITL samples and the clock; the columns wait."""
-        r, n = self.r, self.p
+        r, n, j = self.r, self.p, self.j
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(self.now, self.outside + self.blocks.held(self.j - 1))
-        self.seg_max_itl = max(self.seg_max_itl, first + (k - 1) * step)
+        r.trace.record(self.now, self.outside + self.blocks.held(j - 1))
+        last = first + (k - 1) * step
+        if last > self.seg_max_itl:  # ``max``: the first of equals stays
+            self.seg_max_itl = last
         r.itl.add_arithmetic(first, step, k, float(n))
         self.now += total
-        self.finished = k >= self._left()
-        self.j += k
+        self.finished = k >= self.left_prefix[n - 1] - j  # ``_left``
+        self.j = j = j + k
         if self.own is not None:  # the free pool only fell: evict to where it ends
-            self.own.evict_to(self.usable - self.blocks.held(self.j - 1))
+            self.own.evict_to(self.usable - self.blocks.held(j - 1))
 
     def _commit(self) -> None:
         """Write the chain into the replica: the running rows' columns, the victims' largest

@@ -56,7 +56,11 @@ class WaitingQueue:
             heapq.heappush(self._heap, (float(self.keys[rid]), rid))
 
     def push_front(self, rid: int, *, num_tokens: int) -> None:
-        self.push(rid, num_tokens=num_tokens, front=True)
+        if self.policy in FIFO_POLICIES:  # ``push(..., front=True)``, one call fewer
+            self.tokens[rid] = num_tokens
+            self._fifo.appendleft(rid)
+        else:
+            self.push(rid, num_tokens=num_tokens, front=True)
 
     def peek(self) -> tuple[int, int]:
         rid = self._fifo[0] if self.policy in FIFO_POLICIES else self._heap[0][1]

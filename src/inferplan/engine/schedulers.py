@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.engine.plain_admission import admit_plainly
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.prefix_admission import map_cached, reload
 from inferplan.engine.running import RunningSet
@@ -263,6 +264,14 @@ class Scheduler:
             return True
         if not queued:
             return False
+        if self._admits_plainly():  # ``_head_fit`` in block counts (no prefix hit)
+            rid, tokens = self.waiting.peek()
+            chunk = min(tokens, leftover)
+            if -(-chunk // self.pool.block_size) > available:
+                self.joins = None
+                return False
+            self.joins = rid, tokens, leftover, available, 0, chunk, 0
+            return True
         self.joins = self._head_fit(leftover, available)  # kept for the step that follows
         return self.joins is not None
 
@@ -281,6 +290,9 @@ class Scheduler:
         run, waiting, cache = self.running, self.waiting, self.pool.cache
         fit, self.step_fit = self.step_fit, None
         waiting.age(now)
+        if self._admits_plainly():  # ``_head_fit`` and ``admit_popped`` in block counts
+            admit_plainly(self, budget, sched, now, fit)
+            return
         max_num_seqs = self.cfg.max_num_seqs
         # ``len(waiting)`` and ``len(run)`` without their ``__len__`` calls
         while waiting.tokens and run._size < max_num_seqs and budget > 0:
@@ -302,6 +314,17 @@ class Scheduler:
                 continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
+
+    def _admits_plainly(self) -> bool:
+        """vLLM v1's scheduler itself on a uniform pool without a prefix cache, KV tiers or
+        admission policies: ``_head_fit`` and ``admit_popped`` reduce to block counts."""
+        return (
+            type(self) is Scheduler
+            and self.pool.cache is None
+            and self.offload is None
+            and self.admission is None
+            and self.pool.is_uniform
+        )
 
     def admit_popped(
         self, rid: int, tokens: int, chunk: int, now: float, hit: int | None = None
