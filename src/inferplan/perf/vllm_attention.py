@@ -23,11 +23,13 @@ batch, decode rows and prefill chunks together, with the paged KV cache's block 
   and the tile's matrix multiplies run over its whole context: ``4 x 64 x head_dim`` FLOPs per
   context token and query head, 64 times the real row's.
 
-Its KV is still read once per KV head (the query heads of one KV head reuse it from L2), so
-the decode term's bytes do not change; its FLOPs do, and on A100 they decide: per context token
-and layer a Qwen3-14B decode row (40 query heads, 8 KV heads, head_dim 128) runs 4 x 64 x 128
-x 40 = 1.3 MFLOP against 4 KB of K and V, 320 FLOP/byte, where A100's attention rates (312
-TFLOP/s x 0.55 over 2.04 TB/s x 0.75) balance at about 112. A pure-decode step (the swapped
+The model keeps the decode term's bytes at one read per KV head (whether the other query
+heads' tiles re-read it from HBM or hit L2 depends on the grid order: a re-read per query head
+was tried and is too slow on A100, docs/validation.md ``vllm7``); its FLOPs change, and on
+A100 they decide: per context token and layer a Qwen3-14B decode row (40 query heads, 8 KV
+heads, head_dim 128) runs 4 x 64 x 128 x 40 = 1.3 MFLOP against 4 KB of K and V, 320
+FLOP/byte, where A100's attention rates (312 TFLOP/s x 0.55 over 2.04 TB/s x 0.75) balance at
+about 112. A pure-decode step (the swapped
 path) runs ``4 x 64 x head_dim`` per KV head, 64 FLOP/byte: still memory-bound, not charged.
 Hopper's FA3 packs a KV head's query heads into its tile in varlen batches too (pack-GQA), 128
 rows per KV head: 128 FLOP/byte against H100's ~270, memory-bound, so Hopper keeps 1.
