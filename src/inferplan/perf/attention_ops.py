@@ -31,6 +31,10 @@ class AttentionRates:
     compute: float
     memory: float
     fp8_compute: float = 0.0  # FP8 FLOP/s (DSA's indexer); 0: ``compute``
+    # Query rows a decode sequence's query occupies per head in a step with a prefill chunk
+    # (``Efficiency.mixed_decode_rows``; ``perf/vllm_attention.py``): its KV is read once, but
+    # the kernel's matrix multiplies run that many rows. 1: the real rows.
+    mixed_decode_rows: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -151,12 +155,15 @@ def _decode_op(
     # query ``j`` also attends to the ``j`` draft tokens before it.
     q = 1 + batch.num_draft_tokens
     drafts = decode_flops * n * (q - 1) * q / 2
+    rows: float = q
+    if s.prefill and rates.mixed_decode_rows > q:  # a whole query tile per decode sequence
+        rows = rates.mixed_decode_rows
     if window is not None and context >= n * window:
-        flops = decode_flops * n * window * q + drafts
+        flops = decode_flops * n * window * rows + drafts
         read = token_bytes * (n * window + n * q) + io * n * q
         return Op("attn_decode", flops, 0.0, read, 0.0, rates.compute, rates.memory, count)
     read = token_bytes * n * q + io * n * q
-    per_ctx = (decode_flops * q / dpa, token_bytes / dpa)
+    per_ctx = (decode_flops * rows / dpa, token_bytes / dpa)
     return Op(
         "attn_decode", drafts, per_ctx[0], read, per_ctx[1], rates.compute, rates.memory, count
     )

@@ -37,6 +37,7 @@ FAMILY_OF_ARCHITECTURE = {
 # constants (or .inf, which YAML accepts).
 MAX_OVERHEAD_S = 1.0
 MAX_ROUTING_SKEW = 5.0  # the Zipf exponents perf/moe.py accepts
+MAX_TILE_ROWS = 256.0  # the largest query tile of the attention kernels modelled (FA2/FA3: 64-128)
 
 
 class _EfficiencyFile(BaseModel):
@@ -57,6 +58,7 @@ class _EfficiencyFile(BaseModel):
     host_overlap: float = Field(default=0.0, ge=0, le=1)
     routing_skew: float = Field(default=0.0, ge=0, le=MAX_ROUTING_SKEW)
     moe_gemm: float = Field(default=1.0, gt=0, le=1)
+    mixed_decode_rows: float = Field(default=1.0, ge=1, le=MAX_TILE_ROWS)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class Efficiency:
     # the kernel's tile and the tokens are permuted in and reduced out around the GEMMs, so the
     # per-row (MMA) part runs slower than a dense GEMM's; the small-batch ramp is unchanged.
     moe_gemm: float = 1.0
+    # Query rows the attention kernel computes for each decode sequence and query head in a step
+    # that also carries a prefill chunk: 1 where the kernel packs decode queries (or the real
+    # rows); an engine whose kernel gives each decode query a whole tile sets the tile's rows
+    # (perf/vllm_attention.py: vLLM's FlashAttention-2 on Ampere, 64). Engine-set, not fitted.
+    mixed_decode_rows: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -296,6 +296,7 @@ class RooflineModel:
             self.gpu.peak("bf16") * self.eff.attention_compute * softmax,
             self.bandwidth * self.eff.attention_memory,
             self.gpu.peak("fp8") * self.eff.attention_compute,
+            self.eff.mixed_decode_rows,
         )
         shape = (self.par.tp, m, dpa)
         return attention_ops(

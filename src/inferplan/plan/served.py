@@ -8,6 +8,8 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
 - **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only; vLLM's
   BF16 MoE runs are their own class, and without a tuned fused-MoE config for the shape their
   experts run at half the rate (``perf/vllm_moe.py``).
+- **vLLM's attention kernel on Ampere and Ada** (FlashAttention-2): a decode row in a step with a
+  prefill chunk runs a whole 64-row query tile per head (``perf/vllm_attention.py``).
 - **SGLang's overlap scheduler** (on by default): its host work hides behind the GPU's
   (``with_overlap_schedule``).
 - **Decode CUDA graphs**: the engine's default capture sizes (``perf/cudagraph.py``), except
@@ -30,6 +32,7 @@ from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.perf.vllm_attention import with_vllm_attention
 from inferplan.perf.vllm_fp8 import with_vllm_fp8
 from inferplan.perf.vllm_moe import vllm_kernel_class, with_fused_moe_configs
 from inferplan.specs.engines import sglang_cuda_graph_max_bs
@@ -82,9 +85,13 @@ def served_efficiency(
 
 def with_vllm_configs(eff: Efficiency, plan: MemoryPlan, engine: str) -> Efficiency:
     """``eff`` with vLLM's fused-MoE configs as it ships them (``perf/vllm_moe.py``
-    ``with_fused_moe_configs``) and its block-scaled FP8 GEMMs at the BF16 rate
-    (``perf/vllm_fp8.py`` ``with_vllm_fp8``); other engines: ``eff`` unchanged."""
-    return with_vllm_fp8(with_fused_moe_configs(eff, plan), plan) if engine == "vllm" else eff
+    ``with_fused_moe_configs``), its block-scaled FP8 GEMMs at the BF16 rate
+    (``perf/vllm_fp8.py`` ``with_vllm_fp8``) and FlashAttention-2's query tile per decode row
+    in mixed steps on Ampere and Ada (``perf/vllm_attention.py``); other engines: ``eff``
+    unchanged."""
+    if engine != "vllm":
+        return eff
+    return with_vllm_attention(with_vllm_fp8(with_fused_moe_configs(eff, plan), plan), plan)
 
 
 def with_overlap_schedule(eff: Efficiency, engine: str, disabled: bool = False) -> Efficiency:

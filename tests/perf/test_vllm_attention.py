@@ -1,0 +1,98 @@
+"""vLLM's FlashAttention-2 on Ampere: a decode row in a mixed step runs a whole 64-row query tile
+per head (perf/vllm_attention.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.perf.batch import StepBatch
+from inferplan.perf.efficiency import Efficiency, efficiency_for
+from inferplan.perf.factory import build_step_model
+from inferplan.perf.roofline import RooflineModel
+from inferplan.perf.step_seconds import StepSeconds
+from inferplan.perf.vllm_attention import (
+    FA2_SPLITKV_TILE_ROWS,
+    runs_fa2_varlen,
+    with_vllm_attention,
+)
+from inferplan.plan.served import served_efficiency
+from inferplan.specs.catalog import load_model
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+
+MIXED = StepBatch(
+    prefill_tokens=256,
+    prefill_attention_pairs=256 * 257 / 2,
+    num_prefill_seqs=1,
+    num_decode_seqs=200,
+    decode_context_tokens=200 * 600,
+)
+DECODE = StepBatch(num_decode_seqs=200, decode_context_tokens=200 * 600)
+
+
+def _plan(model: str, gpu: str, tp: int = 1) -> MemoryPlan:
+    return plan_memory(
+        load_model(model), load_gpu(gpu), Parallelism(tp=tp), MemoryConfig(max_model_len=4096)
+    )
+
+
+def _model(plan: MemoryPlan, eff: Efficiency) -> RooflineModel:
+    model = build_step_model(plan, efficiency=eff)
+    assert isinstance(model, RooflineModel)
+    return model
+
+
+def _decode_op_flops(model: RooflineModel, batch: StepBatch) -> float:
+    ops, _ = model._ops(batch)
+    return sum(op.f1 * op.count for op in ops if op.name == "attn_decode")
+
+
+def test_which_runs_take_fa2() -> None:
+    assert runs_fa2_varlen(_plan("Qwen3-14B", "a100_sxm_80gb"))
+    assert runs_fa2_varlen(_plan("Qwen3-14B", "l40s"))  # sm89: FA2 as well
+    assert not runs_fa2_varlen(_plan("Qwen3-14B", "h100_sxm_80gb"))  # FA3 packs GQA
+    assert not runs_fa2_varlen(_plan("gpt-oss-20b", "a100_sxm_80gb"))  # sinks: Triton
+    a100 = _plan("Qwen3-14B", "a100_sxm_80gb")
+    assert served_efficiency(efficiency_for(a100.gpu), a100, "vllm").mixed_decode_rows == 64
+    for engine in ("sglang", "trtllm"):
+        assert served_efficiency(efficiency_for(a100.gpu), a100, engine).mixed_decode_rows == 1
+    h100 = _plan("Qwen3-14B", "h100_sxm_80gb")
+    assert served_efficiency(efficiency_for(h100.gpu), h100, "vllm").mixed_decode_rows == 1
+
+
+def test_mixed_decode_rows_run_a_whole_tile() -> None:
+    plan = _plan("Qwen3-14B", "a100_sxm_80gb")
+    base = efficiency_for(plan.gpu)
+    fa2 = with_vllm_attention(base, plan)
+    assert FA2_SPLITKV_TILE_ROWS == 64
+    plain, tiled = _model(plan, base), _model(plan, fa2)
+    # A mixed step's decode FLOPs per context token: 64 rows per query head, not one.
+    assert _decode_op_flops(tiled, MIXED) == pytest.approx(64 * _decode_op_flops(plain, MIXED))
+    # A pure-decode step (FA2 folds a KV head's query heads into one tile) is unchanged.
+    assert _decode_op_flops(tiled, DECODE) == _decode_op_flops(plain, DECODE)
+    assert tiled.step_time(DECODE).total_s == plain.step_time(DECODE).total_s
+    # On A100 the tiled decode rows are compute-bound: the mixed step takes longer, by about
+    # the tile's FLOPs at the attention rate (40 heads x 128 x 4 x 64 per context token, 40 layers).
+    extra = tiled.step_time(MIXED).total_s - plain.step_time(MIXED).total_s
+    rate = plan.gpu.peak("bf16") * base.attention_compute
+    tile_s = 4 * 64 * 128 * 40 * 40 * 200 * 600 / rate
+    assert 0.5 * tile_s < extra < tile_s
+
+
+def test_default_rows_change_nothing_and_plans_agree() -> None:
+    plan = _plan("Qwen3-14B", "a100_sxm_80gb")
+    base = efficiency_for(plan.gpu)
+    assert base.mixed_decode_rows == 1
+    same = replace(base, mixed_decode_rows=1.0)
+    assert (
+        _model(plan, same).step_time(MIXED).total_s == _model(plan, base).step_time(MIXED).total_s
+    )
+    # The engine's cached step plans give the model's seconds with the tile on.
+    tiled = _model(plan, with_vllm_attention(base, plan))
+    seconds = StepSeconds(tiled)
+    for ctx in (200 * 300, 200 * 600, 200 * 2000):
+        batch = replace(MIXED, decode_context_tokens=ctx)
+        assert seconds(batch) == tiled.step_time(batch).total_s
