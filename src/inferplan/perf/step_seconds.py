@@ -9,7 +9,10 @@ only a sliding window's saturation (``context >= seqs x window``) lets the conte
 operators themselves, so models with sliding windows are asked every step. Otherwise each
 shape is compiled once into a ``_Plan``: the terms of the operators whose time does not depend
 on the context (each already multiplied by its pipeline passes), the affine coefficients of
-those that do, the communication and overhead seconds.
+those that do, the communication and overhead seconds. A compile joins pieces: the roofline
+hands its operators over in pieces cached under what each depends on (``_pieces``: the
+token count, the prefill chunks, the decode count, the logit rows), and a piece's terms are
+cached here, so a new shape (an admission step's usually is) costs a few look-ups.
 Evaluating a plan repeats ``RooflineModel._evaluate``'s floating-point operations in the same
 order (the compute and memory sums operator by operator, the host work hidden behind the GPU's
 (``perf/overlap.py``), then compute + memory + communication + overhead), so the seconds are the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferplan.perf.attention_pieces import Piece
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
@@ -63,6 +67,7 @@ class StepSeconds:
             roofline = None
         self.roofline = roofline
         self._plans: dict[tuple[float, ...], _Plan] = {}
+        self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._graphs: object = None
 
     def __call__(self, batch: StepBatch) -> float:
@@ -130,24 +135,17 @@ class StepSeconds:
         return compute + memory + plan.communication_s + overhead_s
 
     def _compile(self, model: RooflineModel, batch: StepBatch) -> _Plan:
-        """The batch's operators as a plan, cached by its shape."""
+        """The batch's operators as a plan, cached by its shape. The model hands its operators
+        over in pieces it keeps cached (``RooflineModel._pieces``), so a new shape mostly
+        joins the terms of pieces met before."""
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
-        ops, fixed = model._ops(batch)
+        pieces, fixed = model._pieces(batch)
         m = model.microbatches(batch)
         factor = model.pipeline_factor(batch)
         terms: list[_Term] = []
-        for op in ops:
-            times = factor if op.per_stage else m
-            if op.f1 == 0 and op.b1 == 0:  # its terms are the same at every context
-                compute_s, memory_s = op.terms(0.0)
-                is_compute = compute_s >= memory_s
-                seconds = (compute_s if is_compute else memory_s) * times
-                terms.append((False, seconds, float(is_compute), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
-            else:
-                terms.append(
-                    (True, op.f0, op.f1, op.flops_s, op.b0, op.b1, op.bytes_s, op.count, times)
-                )
+        for piece in pieces:
+            terms += self._piece_terms(piece, m, factor)
         plan = _Plan(
             m,
             tuple(terms),
@@ -166,3 +164,28 @@ class StepSeconds:
             )
         ] = plan
         return plan
+
+    def _piece_terms(self, piece: Piece, m: int, factor: float) -> tuple[_Term, ...]:
+        """The terms of one piece's operators at ``m`` micro-batches, cached by the piece's
+        identity (held in the entry, so the id is not reused while cached) and ``m``; the
+        roofline's ``factor`` (``pp``) is the same for every step."""
+        key = (id(piece), m)
+        entry = self._terms.get(key)
+        if entry is not None and entry[0] is piece:
+            return entry[1]
+        terms: list[_Term] = []
+        for op in piece:
+            times = factor if op.per_stage else m
+            if op.f1 == 0 and op.b1 == 0:  # its terms are the same at every context
+                compute_s, memory_s = op.terms(0.0)
+                is_compute = compute_s >= memory_s
+                seconds = (compute_s if is_compute else memory_s) * times
+                terms.append((False, seconds, float(is_compute), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+            else:
+                terms.append(
+                    (True, op.f0, op.f1, op.flops_s, op.b0, op.b1, op.bytes_s, op.count, times)
+                )
+        if len(self._terms) >= PLAN_CACHE_SIZE:
+            self._terms.clear()
+        self._terms[key] = (piece, tuple(terms))
+        return self._terms[key][1]
