@@ -41,12 +41,18 @@ class AttentionLayers:
     kv_bytes: float
 
 
+def is_saturated(window: int | None, num_seqs: int, context_tokens: int, share: int) -> bool:
+    """Whether a read ``window`` caps what decoding sequences read: ``attention_ops._decode_op``'s
+    test, on one device's ``share`` (micro-batches x DP-attention ranks) of the batch."""
+    return window is not None and context_tokens / share >= num_seqs / share * window
+
+
 class AttentionPieces:
     """The attention operators of each layer group of one step, as cached pieces."""
 
     def __init__(self, groups: tuple[AttentionLayers, ...], gpu: GpuSpec, eff: Efficiency) -> None:
         self.groups, self.gpu, self.eff = groups, gpu, eff
-        self._windows = tuple(read_window(g.attention) for g in groups)
+        self.windows = tuple(read_window(g.attention) for g in groups)
         self._joint = tuple(
             g.attention.kind == "linear" or g.attention.indexer is not None for g in groups
         )
@@ -54,12 +60,11 @@ class AttentionPieces:
 
     def of(self, i: int, batch: StepBatch, m: int) -> tuple[Piece, ...]:
         """Group ``i``'s attention operators for ``batch`` split in ``m`` micro-batches."""
-        layers, window = self.groups[i], self._windows[i]
+        layers = self.groups[i]
         if layers.attention.kind == "none":
             return ()
-        share = m * layers.dpa
-        n = batch.num_decode_seqs
-        saturated = window is not None and batch.decode_context_tokens / share >= n / share * window
+        n, ctx = batch.num_decode_seqs, batch.decode_context_tokens
+        saturated = is_saturated(self.windows[i], n, ctx, m * layers.dpa)
         prefill = (
             batch.prefill_tokens,
             batch.prefill_attention_pairs,
@@ -74,7 +79,6 @@ class AttentionPieces:
             prefill_ops = self._piece((i, m, *prefill), StepBatch(*prefill), m)
         decode_ops = self._cache.get((i, m, *decode))
         if decode_ops is None:
-            ctx = batch.decode_context_tokens
             decode_batch = StepBatch(0, 0.0, 0, 0, n, ctx, batch.num_draft_tokens)
             decode_ops = self._piece((i, m, *decode), decode_batch, m)
         return prefill_ops, decode_ops

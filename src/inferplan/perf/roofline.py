@@ -184,8 +184,11 @@ class RooflineModel:
 
     def microbatches(self, batch: StepBatch) -> int:
         """Micro-batches in flight: one per stage, at most one per sequence."""
-        seqs = batch.num_decode_seqs + batch.num_prefill_seqs
-        return max(1, min(self.par.pp, seqs))
+        return self.microbatches_of(batch.num_decode_seqs + batch.num_prefill_seqs)
+
+    def microbatches_of(self, num_seqs: int) -> int:
+        """``microbatches`` of a batch of ``num_seqs`` sequences."""
+        return max(1, min(self.par.pp, num_seqs))
 
     def pipeline_factor(self, batch: StepBatch) -> float:
         """Bottleneck-stage times per step: ``pp``. The ``m`` micro-batches are in flight at
@@ -259,7 +262,7 @@ class RooflineModel:
         dpa = self.par.attention_dp
         # A pure decode replaying a captured graph runs its padded rows in the GEMMs (the
         # padding reads no KV: attention keeps the real rows).
-        rows, _ = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
+        rows, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         around, comm = self._token_pieces(rows / m)
         pieces: list[Piece] = []
         for i, (proj, rest) in enumerate(around):
@@ -270,7 +273,7 @@ class RooflineModel:
             lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
             head = self._keep(self._head_pieces, logits, (lm_head,))
         pieces.append(head)
-        return pieces, {"communication": comm, "overhead": self._overhead(batch)}
+        return pieces, {"communication": comm, "overhead": self._overhead(batch, eager)}
 
     def _token_pieces(self, tokens: float) -> tuple[tuple[tuple[Piece, Piece], ...], float]:
         """Per layer group, the operators that depend on the micro-batch's ``tokens`` only
@@ -415,11 +418,10 @@ class RooflineModel:
         )
         return op, float(self.expert_table(ffn).hit_probability.max())
 
-    def _overhead(self, batch: StepBatch) -> float:
+    def _overhead(self, batch: StepBatch, eager: bool) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
         overhead = host_s(self.eff, batch, dpa) + self.eff.layer_overhead_s * self.stage_layers
-        _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
         return overhead / self.pipeline_factor(batch)
