@@ -129,3 +129,19 @@ def test_hidden_host_work_is_in_the_plans(
             .step_time(batch)
             .total_s
         )
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [("gpt-oss-120b", {}), ("gemma-3-27b-it", {}), ("gpt-oss-120b", {"pp": 2})],
+)
+def test_a_window_that_saturates_gets_its_own_plan(name: str, kwargs: dict[str, object]) -> None:
+    """At one shape, contexts on both sides of where a read window saturates (``seqs x
+    window``, per micro-batch): each side is timed as ``step_time`` times it."""
+    model = roofline(name, "h200", **kwargs)
+    seconds = StepSeconds(model)
+    window = min(w for w in model.attention_pieces.windows if w is not None)
+    for num_decode in (1, 7, 64):
+        for context in (window - 1, window, window + 1, 3 * window, window - 1):
+            batch = _batch([(300, 16)], num_decode, context)
+            assert seconds(batch) == model.step_time(batch).total_s

@@ -21,11 +21,12 @@ has every formula and its sources.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
-from inferplan.perf.attention_ops import AttentionRates, attention_ops
+from inferplan.perf.attention_pieces import AttentionLayers, AttentionPieces, Piece
 from inferplan.perf.batch import StepBatch, StepTime, window_range
 from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
@@ -43,6 +44,9 @@ from inferplan.specs.params import expert_params, ffn_matrices
 from inferplan.specs.topology import Topology, topology_for
 
 LINE_CACHE_SIZE = 4096
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,16 @@ class RooflineModel:
         padded_vocab = -(-spec.vocab_size // 64) * 64
         self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
+        # ``_pieces``' caches (the attention core's in ``perf/attention_pieces.py``).
+        self._token_parts: dict[tuple[float, str], tuple[tuple[tuple[Piece, Piece], ...], float]]
+        self._token_parts = {}
+        self._head_pieces: dict[float, Piece] = {}
+        kv_bytes = self.kv.bytes_per_value
+        layers = [
+            AttentionLayers(g.attention, g.count, par.tp, par.attention_dp, kv_bytes)
+            for g in self.groups
+        ]
+        self.attention_pieces = AttentionPieces(tuple(layers), gpu, eff)
         for group in self.groups:  # a placement that cannot exist fails here, not mid-run
             if group.ffn.kind == "moe":
                 self.expert_table(group.ffn)
@@ -170,8 +184,11 @@ class RooflineModel:
 
     def microbatches(self, batch: StepBatch) -> int:
         """Micro-batches in flight: one per stage, at most one per sequence."""
-        seqs = batch.num_decode_seqs + batch.num_prefill_seqs
-        return max(1, min(self.par.pp, seqs))
+        return self.microbatches_of(batch.num_decode_seqs + batch.num_prefill_seqs)
+
+    def microbatches_of(self, num_seqs: int) -> int:
+        """``microbatches`` of a batch of ``num_seqs`` sequences."""
+        return max(1, min(self.par.pp, num_seqs))
 
     def pipeline_factor(self, batch: StepBatch) -> float:
         """Bottleneck-stage times per step: ``pp``. The ``m`` micro-batches are in flight at
@@ -231,51 +248,72 @@ class RooflineModel:
         return op
 
     def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
-        """One device's operators. With DP attention (vLLM DP + EP) each of the ``dpa`` ranks
-        runs attention and dense layers on its own share of the batch (``local`` tokens);
-        routed experts see every rank's tokens, spread over all ``ep`` ranks."""
+        """One device's operators, in the order their times add (``_pieces`` flattened)."""
+        pieces, fixed = self._pieces(batch)
+        return [op for piece in pieces for op in piece], fixed
+
+    def _pieces(self, batch: StepBatch) -> tuple[list[Piece], dict[str, float]]:
+        """One device's operators in order, in pieces that each depend on part of the batch and
+        are cached under it (a new step shape mostly reuses them): per layer group the
+        projections, then the attention core, then the FFN and elementwise passes; the LM head
+        last. With DP attention (vLLM DP + EP) each of the ``dpa`` ranks runs attention and
+        dense layers on its own share of the batch; routed experts see every rank's tokens."""
         m = self.microbatches(batch)
         dpa = self.par.attention_dp
         # A pure decode replaying a captured graph runs its padded rows in the GEMMs (the
         # padding reads no KV: attention keeps the real rows).
-        rows, _ = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
-        tokens = rows / m
-        local = tokens / dpa
-        ops: list[Op] = []
+        rows, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
+        around, comm = self._token_pieces(rows / m)
+        pieces: list[Piece] = []
+        for i, (proj, rest) in enumerate(around):
+            pieces += (proj, *self.attention_pieces.of(i, batch, m), rest)
+        logits = batch.num_logit_tokens / m / dpa
+        head = self._head_pieces.get(logits)
+        if head is None:  # the LM head runs on the last stage only, once per micro-batch
+            lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
+            head = self._keep(self._head_pieces, logits, (lm_head,))
+        pieces.append(head)
+        return pieces, {"communication": comm, "overhead": self._overhead(batch, eager)}
+
+    def _token_pieces(self, tokens: float) -> tuple[tuple[tuple[Piece, Piece], ...], float]:
+        """Per layer group, the operators that depend on the micro-batch's ``tokens`` only
+        (the projections; the FFN and elementwise passes), and the layers' communication."""
+        key = (tokens, self.moe_exchange)
+        cached = self._token_parts.get(key)
+        if cached is not None:
+            return cached
+        local = tokens / self.par.attention_dp
+        around: list[tuple[Piece, Piece]] = []
         comm = 0.0
         for group in self.groups:
+            proj: Piece = ()
             if group.attention.kind != "none":
-                ops.append(
-                    self._gemm(
-                        "attn_proj",
-                        group.attn_linear_params,
-                        local,
-                        self.formats.linear,
-                        group.count,
-                    )
-                )
-            ops.extend(self._attention(group, batch, m, dpa))
+                fmt = self.formats.linear
+                proj = (self._gemm("attn_proj", group.attn_linear_params, local, fmt, group.count),)
             ffn_ops, ffn_comm = self._ffn(group, tokens)
-            ops.extend(ffn_ops)
             # A Nemotron-H block has a mixer or an FFN, not both: no all-reduce for the other.
             mixer_comm = self._attn_allreduce(local) if group.attention.kind != "none" else 0.0
             comm += (ffn_comm + mixer_comm) * group.count
-            ops.append(
-                Op(
-                    "elementwise",
-                    0.0,
-                    0.0,
-                    self.eff.elementwise_passes * local * self.spec.hidden_size * ACT_BYTES,
-                    0.0,
-                    1.0,
-                    self.bandwidth * self.eff.memory_bandwidth,
-                    group.count,
-                )
+            elementwise = Op(
+                "elementwise",
+                0.0,
+                0.0,
+                self.eff.elementwise_passes * local * self.spec.hidden_size * ACT_BYTES,
+                0.0,
+                1.0,
+                self.bandwidth * self.eff.memory_bandwidth,
+                group.count,
             )
-        logits = batch.num_logit_tokens / m / dpa
-        # The LM head runs on the last stage only, once per micro-batch.
-        ops.append(self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False))
-        return ops, {"communication": comm, "overhead": self._overhead(batch)}
+            around.append((proj, (*ffn_ops, elementwise)))
+        return self._keep(self._token_parts, key, (tuple(around), comm))
+
+    @staticmethod
+    def _keep(cache: dict[K, V], key: K, value: V) -> V:
+        """``value`` stored in ``cache`` (cleared first when full)."""
+        if len(cache) >= LINE_CACHE_SIZE:
+            cache.clear()
+        cache[key] = value
+        return value
 
     def _attn_allreduce(self, tokens: float) -> float:
         return allreduce_s(
@@ -284,23 +322,6 @@ class RooflineModel:
             self.gpu,
             self.eff,
             self.topology,
-        )
-
-    def _attention(self, group: _Group, batch: StepBatch, m: int, dpa: int) -> list[Op]:
-        """Attention on one device: its micro-batch's share of the batch (and, with DP
-        attention, its rank's share); decode terms stay linear in the replica's context.
-        Softmax attention runs at the part's ``attention_prefill_speedup`` over its family (its
-        exponentials), a linear-attention layer has no softmax."""
-        softmax = self.gpu.attention_prefill_speedup if group.attention.kind != "linear" else 1.0
-        rates = AttentionRates(
-            self.gpu.peak("bf16") * self.eff.attention_compute * softmax,
-            self.bandwidth * self.eff.attention_memory,
-            self.gpu.peak("fp8") * self.eff.attention_compute,
-            self.eff.mixed_decode_rows,
-        )
-        shape = (self.par.tp, m, dpa)
-        return attention_ops(
-            group.attention, group.count, batch, shape, self.kv.bytes_per_value, rates
         )
 
     def _ffn(self, group: _Group, tokens: float) -> tuple[list[Op], float]:
@@ -397,11 +418,10 @@ class RooflineModel:
         )
         return op, float(self.expert_table(ffn).hit_probability.max())
 
-    def _overhead(self, batch: StepBatch) -> float:
+    def _overhead(self, batch: StepBatch, eager: bool) -> float:
         """Per-step CPU and launch costs of one rank's scheduler and forward."""
         dpa = self.par.attention_dp
         overhead = host_s(self.eff, batch, dpa) + self.eff.layer_overhead_s * self.stage_layers
-        _, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
         if eager:
             overhead += self.eff.eager_layer_overhead_s * self.stage_layers
         return overhead / self.pipeline_factor(batch)

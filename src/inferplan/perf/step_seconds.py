@@ -5,28 +5,32 @@ The engine times every step that is not a closed-form stretch (an admission step
 plus a new prompt chunk) with the step-time model. The roofline's operators
 (``perf/roofline.py`` ``_ops``) depend on the batch's shape (prefill tokens, attention pairs,
 cached tokens, chunk and decode counts) and, through its affine terms, on the decode context;
-only a sliding window's saturation (``context >= seqs x window``) lets the context change the
-operators themselves, so models with sliding windows are asked every step. Otherwise each
-shape is compiled once into a ``_Plan``: the terms of the operators whose time does not depend
-on the context (each already multiplied by its pipeline passes), the affine coefficients of
-those that do, the communication and overhead seconds.
-Evaluating a plan repeats ``RooflineModel._evaluate``'s floating-point operations in the same
-order (the compute and memory sums operator by operator, the host work hidden behind the GPU's
-(``perf/overlap.py``), then compute + memory + communication + overhead), so the seconds are the
-same float; ``tests/perf/test_step_seconds.py``
-checks that over random batches of several models. Other models (a measured operator table)
-are asked directly.
+only a read window's saturation (``context >= seqs x window``: a sliding window, a local
+chunk, DSA's top-k) lets the context change the operators themselves, so a windowed model's
+plans are keyed by which windows saturate as well. Each key is compiled once into a
+``_Plan``: the terms of the operators whose time does not depend on the context (each already
+multiplied by its pipeline passes), the affine coefficients of those that do, the
+communication and overhead seconds. A compile joins pieces: the roofline hands its operators
+over in pieces cached under what each depends on (``_pieces``: the token count, the prefill
+chunks, the decode count, the logit rows), and a piece's terms are cached here, so a new shape
+(an admission step's usually is) costs a few look-ups. Evaluating a plan repeats
+``RooflineModel._evaluate``'s floating-point operations in the same order (the compute and
+memory sums operator by operator, the host work hidden behind the GPU's
+(``perf/overlap.py``), then compute + memory + communication + overhead), so the seconds are
+the same float; ``tests/perf/test_step_seconds.py`` checks that over random batches of
+several models, windowed ones included. Other models (a measured operator table) are asked
+directly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferplan.perf.attention_pieces import Piece, is_saturated
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
-from inferplan.perf.sparse_attention import read_window
 
 PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~2 KB)
 
@@ -55,14 +59,16 @@ class StepSeconds:
         # Speculative decoding's verify (``engine/speculation.py``): every decoding sequence of
         # every step this instance times runs ``1 + num_draft_tokens`` query rows.
         self.num_draft_tokens = num_draft_tokens
-        # Plans for the roofline only, and only where the context cannot change the operators:
-        # a sliding window that saturates (``context >= seqs x window``) swaps its attention
-        # operator, so windowed models are asked every step, as before.
+        # Plans for the roofline only. A read window (sliding, a local chunk, DSA's top-k) that
+        # saturates (``context >= seqs x window``) swaps its decode operator, so a windowed
+        # model's plans are also keyed by which of its windows saturate.
         roofline = model if type(model) is RooflineModel else None
-        if roofline is not None and any(read_window(g.attention) for g in roofline.groups):
-            roofline = None
         self.roofline = roofline
+        windows = () if roofline is None else roofline.attention_pieces.windows
+        self._windows = tuple(sorted({w for w in windows if w is not None}))
+        self._dpa = 1 if roofline is None else roofline.par.attention_dp
         self._plans: dict[tuple[float, ...], _Plan] = {}
+        self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._graphs: object = None
 
     def __call__(self, batch: StepBatch) -> float:
@@ -93,6 +99,10 @@ class StepSeconds:
             num_decode_seqs,
         )
         roofline = self.roofline
+        if self._windows and roofline is not None:
+            share = roofline.microbatches_of(num_decode_seqs + num_prefill_seqs) * self._dpa
+            for window in self._windows:
+                key += (is_saturated(window, num_decode_seqs, decode_context_tokens, share),)
         if roofline is not None and roofline.graphs is not self._graphs:
             self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
             self._graphs = roofline.graphs
@@ -109,7 +119,7 @@ class StepSeconds:
             )
             if roofline is None:
                 return self.model.step_time(batch).total_s
-            plan = self._compile(roofline, batch)
+            plan = self._compile(roofline, batch, key)
         context = float(decode_context_tokens) / plan.microbatches
         compute = memory = 0.0
         for is_affine, v0, v1, v2, v3, v4, v5, count, times in plan.terms:
@@ -129,15 +139,39 @@ class StepSeconds:
         overhead_s = plan.overhead_s - hidden_host_s(plan.host_s, plan.host_overlap, gpu_s)
         return compute + memory + plan.communication_s + overhead_s
 
-    def _compile(self, model: RooflineModel, batch: StepBatch) -> _Plan:
-        """The batch's operators as a plan, cached by its shape."""
+    def _compile(self, model: RooflineModel, batch: StepBatch, key: tuple[float, ...]) -> _Plan:
+        """The batch's operators as a plan, cached under ``key`` (its shape). The model hands
+        its operators over in pieces it keeps cached (``RooflineModel._pieces``), so a new
+        shape mostly joins the terms of pieces met before."""
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
-        ops, fixed = model._ops(batch)
+        pieces, fixed = model._pieces(batch)
         m = model.microbatches(batch)
         factor = model.pipeline_factor(batch)
         terms: list[_Term] = []
-        for op in ops:
+        for piece in pieces:
+            terms += self._piece_terms(piece, m, factor)
+        plan = _Plan(
+            m,
+            tuple(terms),
+            fixed["communication"] * factor + model.pipeline_sends(batch),
+            fixed["overhead"] * factor,
+            host_s(model.eff, batch, model.par.attention_dp),
+            model.eff.host_overlap,
+        )
+        self._plans[key] = plan
+        return plan
+
+    def _piece_terms(self, piece: Piece, m: int, factor: float) -> tuple[_Term, ...]:
+        """The terms of one piece's operators at ``m`` micro-batches, cached by the piece's
+        identity (held in the entry, so the id is not reused while cached) and ``m``; the
+        roofline's ``factor`` (``pp``) is the same for every step."""
+        key = (id(piece), m)
+        entry = self._terms.get(key)
+        if entry is not None and entry[0] is piece:
+            return entry[1]
+        terms: list[_Term] = []
+        for op in piece:
             times = factor if op.per_stage else m
             if op.f1 == 0 and op.b1 == 0:  # its terms are the same at every context
                 compute_s, memory_s = op.terms(0.0)
@@ -148,21 +182,7 @@ class StepSeconds:
                 terms.append(
                     (True, op.f0, op.f1, op.flops_s, op.b0, op.b1, op.bytes_s, op.count, times)
                 )
-        plan = _Plan(
-            m,
-            tuple(terms),
-            fixed["communication"] * factor + model.pipeline_sends(batch),
-            fixed["overhead"] * factor,
-            host_s(model.eff, batch, model.par.attention_dp),
-            model.eff.host_overlap,
-        )
-        self._plans[
-            (
-                batch.prefill_tokens,
-                batch.prefill_attention_pairs,
-                batch.prefill_context_tokens,
-                batch.num_prefill_seqs,
-                batch.num_decode_seqs,
-            )
-        ] = plan
-        return plan
+        if len(self._terms) >= PLAN_CACHE_SIZE:
+            self._terms.clear()
+        self._terms[key] = (piece, tuple(terms))
+        return self._terms[key][1]

@@ -1,0 +1,125 @@
+"""The roofline's operators in cached pieces (``perf/attention_pieces.py``,
+``RooflineModel._pieces``) are the operators built from the whole batch at once, in the same
+order: the attention core split into its prefill and decode pieces equals ``attention_ops`` of
+the whole batch (a saturating read window, DSA's indexer and linear attention included), and a
+model whose caches are warm from other shapes returns what a fresh one builds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.roofline import RooflineModel
+
+from .perf_helpers import MODELS, roofline
+
+VARIANTS = [
+    *[(name, {}) for name in MODELS],
+    ("DeepSeek-V3.2", {"tp": 8}),  # DSA: the indexer interleaves prefill and decode
+    ("Llama-4-Scout-17B-16E-Instruct", {"tp": 2}),  # chunked local attention
+    ("Llama-3.1-70B", {"tp": 2, "pp": 2}),
+    ("DeepSeek-V3", {"tp": 8, "dp": 8, "ep": True}),  # attention DP
+]
+
+chunk = st.tuples(st.integers(1, 9000), st.sampled_from([0, 16, 4096, 100_000]))
+shapes = {
+    "chunks": st.lists(chunk, max_size=3),
+    "num_decode": st.integers(0, 600),
+    "contexts": st.lists(
+        st.sampled_from([1, 100, 127, 128, 129, 5000, 140_000]), min_size=1, max_size=3
+    ),
+    "drafts": st.sampled_from([0, 0, 3]),
+}
+
+
+def _batch(chunks: list[tuple[int, int]], num_decode: int, context: int, drafts: int) -> StepBatch:
+    return StepBatch(
+        prefill_tokens=sum(q for q, _ in chunks),
+        prefill_attention_pairs=float(sum(chunk_attention_pairs(q, o) for q, o in chunks)),
+        prefill_context_tokens=sum(o for _, o in chunks),
+        num_prefill_seqs=len(chunks),
+        num_decode_seqs=num_decode,
+        decode_context_tokens=num_decode * context,
+        num_draft_tokens=drafts,
+    )
+
+
+def _fresh(model: RooflineModel) -> RooflineModel:
+    return RooflineModel(model.spec, model.gpu, model.par, model.formats, model.kv, model.eff)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**shapes)
+def test_attention_pieces_are_the_whole_batchs_operators(
+    name: str,
+    kwargs: dict[str, object],
+    chunks: list[tuple[int, int]],
+    num_decode: int,
+    contexts: list[int],
+    drafts: int,
+) -> None:
+    """At one shape and several contexts: a read window saturates at some, not others."""
+    model = roofline(name, "h200", **kwargs)  # shared: its caches are warm from other shapes
+    pieces = model.attention_pieces
+    for context in contexts:
+        batch = _batch(chunks, num_decode, context, drafts)
+        m = model.microbatches(batch)
+        for i, layers in enumerate(pieces.groups):
+            split = [op for piece in pieces.of(i, batch, m) for op in piece]
+            assert split == pieces._build(layers, batch, m)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**shapes)
+def test_a_warm_model_builds_what_a_fresh_one_does(
+    name: str,
+    kwargs: dict[str, object],
+    chunks: list[tuple[int, int]],
+    num_decode: int,
+    contexts: list[int],
+    drafts: int,
+) -> None:
+    model = roofline(name, "h200", **kwargs)
+    for context in contexts:
+        batch = _batch(chunks, num_decode, context, drafts)
+        assert model._ops(batch) == _fresh(model)._ops(batch)
+
+
+def test_the_moe_exchange_is_part_of_the_cached_communication() -> None:
+    model = _fresh(roofline("DeepSeek-V3", "h200", tp=8, dp=8, ep=True))
+    batch = _batch([(2048, 0)], 64, 3000, 0)
+    alltoall = model.step_time(batch).by_bound_s["communication"]
+    model.moe_exchange = "allgather"
+    other = _fresh(model)
+    other.moe_exchange = "allgather"
+    allgather = model.step_time(batch).by_bound_s["communication"]
+    assert allgather == other.step_time(batch).by_bound_s["communication"]
+    assert allgather != alltoall
+
+
+def test_a_tiled_decode_row_in_a_mixed_step_is_charged_in_the_pieces() -> None:
+    """Where a kernel runs each decode row of a step with a prefill chunk in a whole query
+    tile (vLLM's FlashAttention-2 on Ampere, ``Efficiency.mixed_decode_rows``), the decode
+    operator depends on the prefill's presence: a decode piece cached from a pure-decode step
+    must not stand in for it."""
+    base = roofline("Llama-3.1-8B", "a100")
+    eff = replace(base.eff, mixed_decode_rows=64.0)
+    model = RooflineModel(base.spec, base.gpu, base.par, base.formats, base.kv, eff)
+    pieces = model.attention_pieces
+    decode_only = _batch([], 200, 5000, 0)
+    mixed = _batch([(512, 0)], 200, 5000, 0)
+    decode_ops = {}
+    for batch in (decode_only, mixed):  # the pure-decode piece is cached first
+        m = model.microbatches(batch)
+        split = [op for piece in pieces.of(0, batch, m) for op in piece]
+        assert split == pieces._build(pieces.groups[0], batch, m)
+        decode_ops[batch.prefill_tokens] = next(op for op in split if op.name == "attn_decode")
+    # the 64-row tiles: 64x the decode rows' attention FLOPs per context token, same bytes
+    assert decode_ops[512].f1 == 64 * decode_ops[0].f1
+    assert decode_ops[512].b1 == decode_ops[0].b1
