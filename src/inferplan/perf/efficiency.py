@@ -37,6 +37,10 @@ FAMILY_OF_ARCHITECTURE = {
 # constants (or .inf, which YAML accepts).
 MAX_OVERHEAD_S = 1.0
 MAX_ROUTING_SKEW = 5.0  # the Zipf exponents perf/moe.py accepts
+# Output elements at which SM occupancy halves a TP-sharded GEMM (perf/gemm_shape.py): a
+# sanity limit for hand-edited files, 16 waves of 128 x 256 tiles on the bundled part with the
+# most SMs (188: about 99 M); the fit keeps it within one wave.
+MAX_HALF_OUTPUTS = 1e8
 
 
 class _EfficiencyFile(BaseModel):
@@ -57,6 +61,7 @@ class _EfficiencyFile(BaseModel):
     host_overlap: float = Field(default=0.0, ge=0, le=1)
     routing_skew: float = Field(default=0.0, ge=0, le=MAX_ROUTING_SKEW)
     moe_gemm: float = Field(default=1.0, gt=0, le=1)
+    gemm_half_outputs: float = Field(default=0.0, ge=0, le=MAX_HALF_OUTPUTS)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,10 @@ class Efficiency:
     # the kernel's tile and the tokens are permuted in and reduced out around the GEMMs, so the
     # per-row (MMA) part runs slower than a dense GEMM's; the small-batch ramp is unchanged.
     moe_gemm: float = 1.0
+    # Output elements (rows x per-rank columns) at which SM occupancy alone halves a
+    # TP-sharded GEMM's efficiency (perf/gemm_shape.py): its half-efficiency rows grow as
+    # the rank's matrices narrow. 0: the ramp depends on the rows only.
+    gemm_half_outputs: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
