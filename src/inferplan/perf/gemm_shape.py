@@ -26,7 +26,9 @@ rank's GEMM time falls as ``1 / tp``, the tail does not) and with fewer rows (de
 prefill). It applies to the TP-sharded linear layers (attention projections, dense MLP,
 shared experts, the vocabulary-parallel LM head); the replicated router and the routed experts
 (``moe_gemm``, their own ramp) keep ``gemm_half_tokens``. ``gemm_half_outputs`` 0 (the
-default) is the ramp without it, exactly.
+default) is the ramp without it, exactly. Off in every bundled family file: cross-validated on
+the ``trtllm-bench`` rows it improved the median and worsened the p90 (``docs/validation.md``,
+``trtp90``, 2026-12-02).
 """
 
 from __future__ import annotations
