@@ -17,7 +17,9 @@ constants fitted on the others. The out-of-fold errors are the headline; the in-
     .venv/bin/python scripts/fit_published.py --collectives-only [--per-hop]  # in-sample, fast
 
 ``--per-hop`` charges NCCL's per-step collective latency (``perf/comm.py``, off by default) and
-fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``).
+fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``). ``--gemm-shape``
+also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
+(``perf/gemm_shape.py``, ``GEMM_SHAPE_BOUNDS``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
 # With --per-hop, collective_latency_s is NCCL's per-step latency (perf/comm.py): 0 to 6 us, the
 # largest single-node step latency in NCCL's tuning table (PCIe, Ring / Simple: 5.7 us).
 PER_HOP_BOUNDS = (0.0, 6e-6)
+# With --gemm-shape, the output elements at which SM occupancy halves a TP-sharded GEMM
+# (perf/gemm_shape.py): up to one wave of 128 x 256 output tiles on the bundled part with the
+# most SMs (RTX PRO 6000 Blackwell, 188 SMs: 6.2 M); the tail of a GEMM's last wave idles at
+# most one wave's SMs.
+GEMM_SHAPE_BOUNDS = (0.0, 6.2e6)
 COLLECTIVE_KEYS = ("collective_bandwidth", "collective_latency_s")
 COST_BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 5e-3),
@@ -357,6 +364,12 @@ def main(argv: list[str]) -> int:
         help="Charge NCCL's per-step latency (perf/comm.py PER_HOP_LATENCY) and fit it",
     )
     parser.add_argument(
+        "--gemm-shape",
+        action="store_true",
+        help="Fit gemm_half_outputs, the SM-occupancy ramp of TP-sharded GEMMs "
+        "(perf/gemm_shape.py)",
+    )
+    parser.add_argument(
         "--collectives-only",
         action="store_true",
         help="In-sample refit of the collective constants alone from the committed files; "
@@ -366,6 +379,8 @@ def main(argv: list[str]) -> int:
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
         FIT_BOUNDS["collective_latency_s"] = PER_HOP_BOUNDS
+    if args.gemm_shape:
+        FIT_BOUNDS["gemm_half_outputs"] = GEMM_SHAPE_BOUNDS
     if args.collectives_only:
         return collectives_only(args.rounds, args.steps)
     if args.jobs < 1:

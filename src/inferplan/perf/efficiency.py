@@ -38,6 +38,10 @@ FAMILY_OF_ARCHITECTURE = {
 MAX_OVERHEAD_S = 1.0
 MAX_ROUTING_SKEW = 5.0  # the Zipf exponents perf/moe.py accepts
 MAX_TILE_ROWS = 256.0  # the largest query tile of the attention kernels modelled (FA2/FA3: 64-128)
+# Output elements at which SM occupancy halves a TP-sharded GEMM (perf/gemm_shape.py): a
+# sanity limit for hand-edited files, 16 waves of 128 x 256 tiles on the bundled part with the
+# most SMs (188: about 99 M); the fit keeps it within one wave.
+MAX_HALF_OUTPUTS = 1e8
 
 
 class _EfficiencyFile(BaseModel):
@@ -59,6 +63,7 @@ class _EfficiencyFile(BaseModel):
     routing_skew: float = Field(default=0.0, ge=0, le=MAX_ROUTING_SKEW)
     moe_gemm: float = Field(default=1.0, gt=0, le=1)
     mixed_decode_rows: float = Field(default=1.0, ge=1, le=MAX_TILE_ROWS)
+    gemm_half_outputs: float = Field(default=0.0, ge=0, le=MAX_HALF_OUTPUTS)
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,10 @@ class Efficiency:
     # rows); an engine whose kernel gives each decode query a whole tile sets the tile's rows
     # (perf/vllm_attention.py: vLLM's FlashAttention-2 on Ampere, 64). Engine-set, not fitted.
     mixed_decode_rows: float = 1.0
+    # Output elements (rows x per-rank columns) at which SM occupancy alone halves a
+    # TP-sharded GEMM's efficiency (perf/gemm_shape.py): its half-efficiency rows grow as
+    # the rank's matrices narrow. 0: the ramp depends on the rows only.
+    gemm_half_outputs: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

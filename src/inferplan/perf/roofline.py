@@ -31,6 +31,7 @@ from inferplan.perf.batch import StepBatch, StepTime, window_range
 from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.gemm_shape import half_rows
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.op import ACT_BYTES, Op
@@ -211,9 +212,10 @@ class RooflineModel:
         pay ``1 / dequant_gemm`` on the per-row (MMA) part only, not on the small-batch ramp."""
         return 1.0 if fmt.compute_dtype in self.gpu.peak_flops else 1 / self.eff.dequant_gemm
 
-    def _gemm_flops_s(self, fmt: NumberFormat, rows: float) -> float:
+    def _gemm_flops_s(self, fmt: NumberFormat, rows: float, half: float | None = None) -> float:
         per_row = self._per_row(fmt)
-        efficiency = self.eff.gemm_compute * rows / (rows * per_row + self.eff.gemm_half_tokens)
+        half = self.eff.gemm_half_tokens if half is None else half
+        efficiency = self.eff.gemm_compute * rows / (rows * per_row + half)
         return self.gpu.peak(fmt.compute_dtype) * max(efficiency, 1e-3)
 
     def _gemm(
@@ -237,7 +239,7 @@ class RooflineModel:
             0.0,
             params * fmt.bytes_per_value + act,
             0.0,
-            self._gemm_flops_s(fmt, rows),
+            self._gemm_flops_s(fmt, rows, half_rows(self.eff, name, params, hidden)),
             self.bandwidth * self.eff.memory_bandwidth,
             count,
             per_stage,
