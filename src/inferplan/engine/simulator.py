@@ -46,6 +46,7 @@ from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
 from inferplan.memory.prefixcache import PrefixCache
 from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.itl_log import ItlBatch
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.protocol import StepTimeModel
@@ -116,7 +117,7 @@ class Simulation:
             self.records = replace(
                 self.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy()
             )
-        self.itl = ItlHistogram()
+        self.itl = ItlBatch()  # the adds counted and folded a batch at a time (the same floats)
         self.ledger = admission_ledger(cfg, workload)
         self.replicas = build_replicas(
             cfg, workload, model, self.records, self.itl, self.ledger, same_time_s
