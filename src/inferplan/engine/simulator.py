@@ -366,8 +366,9 @@ class Simulation:
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             return False  # another replica's finish may release a held request
         waiting = replica.waiting
-        leftover = replica.cfg.max_num_batched_tokens - len(replica.running)
-        if not len(waiting) or waiting.peek()[1] <= leftover:
+        # ``len(running)`` and ``len(waiting)`` without their ``__len__`` calls (per admission)
+        leftover = replica.cfg.max_num_batched_tokens - replica.running._size
+        if not waiting.tokens or waiting.peek()[1] <= leftover:
             return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
