@@ -11,7 +11,7 @@ import pytest
 
 from inferplan.metrics import itl_log
 from inferplan.metrics.histogram import ItlHistogram, bin_grid
-from inferplan.metrics.itl_log import ItlLog, replay_into
+from inferplan.metrics.itl_log import ItlBatch, ItlLog, replay_into
 
 
 def _adds(seed: int, num: int) -> list[tuple[str, tuple]]:
@@ -97,3 +97,69 @@ def test_log_checks_as_the_histogram() -> None:
     log.add(1e-3, 0.0)
     log.add_arithmetic(1e-3, 1e-4, 0)
     assert log.num_updates == 0 and log.counts.sum() == 0.0
+
+
+def _batched(adds: list[tuple[str, tuple]]) -> tuple[ItlHistogram, ItlBatch]:
+    hist, batch = ItlHistogram(), ItlBatch()
+    for name, args in adds:
+        getattr(hist, name)(*args)
+        getattr(batch, name)(*args)
+    return hist, batch
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batch_counts_and_moments_equal_the_histograms(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted and folded a batch at a time (and across ``add_many``, which applies the batch
+    first): the same counts and the same moment floats, to the bit."""
+    monkeypatch.setattr(itl_log, "BATCH", 97)  # many batches
+    hist, batch = _batched(_adds(seed, 2000))
+    assert np.array_equal(batch.counts, hist.counts)
+    assert astuple(batch._settled()) == astuple(hist._settled())
+    assert [batch.mean(), batch.std(), batch.quantile(0.99)] == [
+        hist.mean(),
+        hist.std(),
+        hist.quantile(0.99),
+    ]
+
+
+@pytest.mark.parametrize("name", ["add", "add_arithmetic"])
+def test_batch_with_a_fractional_weight_adds_in_order(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fractional weight: its batch and every later one replay the histogram's own adds in
+    order, so the (then order dependent) counts are the histogram's too."""
+    monkeypatch.setattr(itl_log, "BATCH", 50)
+    adds = _adds(6, 400)
+    at = next(i for i, (n, _) in enumerate(adds) if n == name and i > 120)
+    adds[at] = (name, (*adds[at][1][:-1], 2.5))
+    adds[at + 5 :] = [(n, (*a[:-1], a[-1] / 3.0)) for n, a in adds[at + 5 :]]
+    hist, batch = _batched(adds)
+    assert not hist._integral and not batch._integral
+    assert np.array_equal(batch.counts, hist.counts)
+    assert astuple(batch._settled()) == astuple(hist._settled())
+
+
+def test_batch_is_applied_before_a_merge_and_a_reading() -> None:
+    other = ItlHistogram()
+    other.add(0.02, 0.5)  # fractional: the merge adds counts in order from here on
+    hist, batch = _batched([("add", (0.01, 3.0)), ("add_arithmetic", (0.01, 1e-4, 30, 2.0))])
+    hist.merge(other)
+    batch.merge(other)
+    assert np.array_equal(batch.counts, hist.counts)
+    assert astuple(batch._settled()) == astuple(hist._settled())
+    fresh = ItlBatch()
+    fresh.add(0.01, 4.0)
+    assert fresh.total_weight == 4.0 and fresh.counts.sum() == 4.0
+
+
+def test_batch_checks_as_the_histogram() -> None:
+    batch = ItlBatch()
+    with pytest.raises(ValueError):
+        batch.add(-1e-3)
+    with pytest.raises(ValueError):
+        batch.add_arithmetic(1e-3, -1e-3, 5)
+    batch.add(1e-3, 0.0)
+    batch.add_arithmetic(1e-3, 1e-4, 0)
+    assert batch.total_weight == 0.0 and batch.counts.sum() == 0.0

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.stepshape import step_shape
+from inferplan.memory.ownblocks import OwnBlocks
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
+    from inferplan.engine.schedulers import HeadFit
+    from inferplan.memory.blockpool import BlockPool
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = 0, 1, 2, 3, 4, 5, 6
@@ -36,18 +39,22 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     new_blocks = rows.crossings(1)
     if new_blocks > pool.free_blocks:
         return False
-    if pool.cache is None:
+    scheduler = r.scheduler
+    # ``can_stretch`` asked at this step's start: its head's admission test, for the waiting pass
+    fit = scheduler.joins if r.stretches.asked_at == (r.num_steps, r.now) else None
+    cache = pool.cache
+    if cache is None:
         pool.free_blocks -= new_blocks  # nothing to evict
-    else:
+    elif fit is None or type(cache) is not OwnBlocks:
         pool.free = pool.free_blocks - new_blocks  # evicts what no longer fits
+    else:
+        fit = _decode_evicting(pool, cache, new_blocks, fit)
+    scheduler.step_fit = fit
     decode_context = rows.total_context()
     emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
     chunks: list[int] = []
     appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
     run.appended = appended
-    scheduler = r.scheduler
-    if r.stretches.asked_at == (r.num_steps, r.now):  # ``can_stretch`` asked at this step's start
-        scheduler.step_fit = scheduler.joins  # its head's admission test, for the waiting pass
     scheduler.admit_waiting(r.cfg.max_num_batched_tokens - n, chunks, r.now)
     scheduler.step_fit = None
     run.appended = None
@@ -99,6 +106,27 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     if rows.fewest_left() <= 0:
         r.finish(rows.finished_rows())
     return True
+
+
+def _decode_evicting(pool: BlockPool, cache: OwnBlocks, new_blocks: int, fit: HeadFit) -> HeadFit:
+    """The decode's new blocks taken from the pool (evicting the cached-free blocks that no
+    longer fit), and the queue head's admission test's answer as the waiting pass can take it.
+
+    The answer keeps the cached-free count it saw (``Scheduler.admit_waiting`` asks again where
+    that count moved); with own blocks (``memory/ownblocks.py``) the head's hit is its own run
+    alone, so an eviction that leaves that run whole leaves the answer true: it takes the new
+    count, and the waiting pass does not ask the same test twice."""
+    rid, tokens, budget, available, _, chunk, hit = fit
+    if cache.may_hold(rid):  # the head has a run (a preempted request's): is it left whole?
+        run_before = cache.runs.get(rid, 0)
+        pool.free = pool.free_blocks - new_blocks  # evicts what no longer fits
+        if cache.runs.get(rid, 0) != run_before:
+            return fit
+    else:  # no run: its hit stays none (``BlockPool.free``'s setter, inline)
+        pool.free_blocks = free = pool.free_blocks - new_blocks
+        if cache.lru_blocks > free:
+            cache.evict_to(free)
+    return rid, tokens, budget, available, cache.lru_blocks, chunk, hit
 
 
 def _admit_one(

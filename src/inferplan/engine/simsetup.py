@@ -23,7 +23,7 @@ from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.trace_log import StepTraceLog
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.step_seconds import StepSeconds
 from inferplan.workload.request import Workload
@@ -99,7 +99,7 @@ def build_replicas(
             workload.input_tokens,
             _waiting_queue(cfg, keys, records, same_time_s),
             itl,
-            StepTrace(sched.num_blocks),
+            StepTraceLog(sched.num_blocks),  # records applied a batch at a time (the same floats)
             prefix_cache_for(sched, workload),
         )
         for i in range(cfg.data_parallel_size)

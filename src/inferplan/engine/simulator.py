@@ -46,6 +46,7 @@ from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
 from inferplan.memory.prefixcache import PrefixCache
 from inferplan.metrics.histogram import ItlHistogram
+from inferplan.metrics.itl_log import ItlBatch
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.protocol import StepTimeModel
@@ -116,7 +117,7 @@ class Simulation:
             self.records = replace(
                 self.records, cached_tokens=zeros, prefix_queried_tokens=zeros.copy()
             )
-        self.itl = ItlHistogram()
+        self.itl = ItlBatch()  # the adds counted and folded a batch at a time (the same floats)
         self.ledger = admission_ledger(cfg, workload)
         self.replicas = build_replicas(
             cfg, workload, model, self.records, self.itl, self.ledger, same_time_s
@@ -365,8 +366,9 @@ class Simulation:
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             return False  # another replica's finish may release a held request
         waiting = replica.waiting
-        leftover = replica.cfg.max_num_batched_tokens - len(replica.running)
-        if not len(waiting) or waiting.peek()[1] <= leftover:
+        # ``len(running)`` and ``len(waiting)`` without their ``__len__`` calls (per admission)
+        leftover = replica.cfg.max_num_batched_tokens - replica.running._size
+        if not waiting.tokens or waiting.peek()[1] <= leftover:
             return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)

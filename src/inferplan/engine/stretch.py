@@ -224,10 +224,13 @@ class DecodeStretches:
             remaining = rows.fewest_left()
         rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
         # The pool is what rows do not map (shared prefix blocks counted once).
-        if pool.cache is None:
+        cache = pool.cache
+        if cache is None:
             pool.free_blocks = r.cfg.num_blocks - rows.ceil_sum  # nothing to evict
-        else:
-            pool.free = r.cfg.num_blocks - rows.ceil_sum + pool.shared
+        else:  # ``BlockPool.free``'s setter, inline: evicts what no longer fits
+            pool.free_blocks = free = r.cfg.num_blocks - rows.ceil_sum + cache.shared_blocks
+            if cache.lru_blocks > free:
+                cache.evict_to(free)
         r.now = now = now + total
         r.num_steps += k
         if not self._every_step:

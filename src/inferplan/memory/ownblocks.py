@@ -36,6 +36,8 @@ import numpy.typing as npt
 
 from inferplan.memory.prefixcache import PrefixCache
 
+PENDING_ENTRIES = 1 << 12  # evicted entries counted before they are dropped from the runs
+
 
 class OwnBlocks(PrefixCache):
     """``PrefixCache``'s verbs where request ``i``'s ``num_entries[i]`` entries are its own."""
@@ -49,19 +51,40 @@ class OwnBlocks(PrefixCache):
         self.num_entries: list[int] = num_entries.tolist()  # entries each request can fill
         self.covers_output = True  # own blocks cover prompt and output
         self.held: dict[int, int] = {}  # type: ignore[assignment]  # running: entries computed
-        # Freed runs, least recently freed first: request id -> its first entries still cached.
-        self.runs: OrderedDict[int, int] = OrderedDict()
+        # Freed runs, least recently freed first: request id -> its first entries still cached
+        # (``runs``), less the ``pending`` entries evicted from the front and not yet dropped.
+        self._runs: OrderedDict[int, int] = OrderedDict()
+        self.pending = 0
 
     def __reduce__(self) -> tuple[object, ...]:
         # As ``PrefixCache.__reduce__``, with this constructor's arguments.
         empty = np.zeros(0, dtype=np.int64)
         return (type(self), (empty, self.entry_blocks), self.__getstate__())
 
+    @property
+    def runs(self) -> OrderedDict[int, int]:
+        """The freed runs, least recently freed first: request id -> its first entries still
+        cached (the pending evictions dropped first)."""
+        if self.pending:
+            self._drop_pending()
+        return self._runs
+
+    def may_hold(self, rid: int) -> bool:
+        """Whether ``rid`` may have entries cached (False: none, without dropping the pending
+        evictions; True may be a run they empty)."""
+        return rid in self._runs
+
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
-        return min(self.runs.get(rid, 0), max_entries), 0  # nobody else maps its blocks
+        runs = self._runs
+        if rid in runs and self.pending:
+            self._drop_pending()
+        return min(runs.get(rid, 0), max_entries), 0  # nobody else maps its blocks
 
     def acquire(self, rid: int, entries: int) -> int:
-        cached = self.runs.pop(rid, 0)
+        runs = self._runs
+        if rid in runs and self.pending:  # its run leaves the list's middle: the front first
+            self._drop_pending()
+        cached = runs.pop(rid, 0)
         # A lookup's cap is never below a run (module doc): a hit takes the whole run.
         assert entries == cached, "an own-block hit leaves part of its run cached"
         self.lru_blocks -= cached * self.entry_blocks
@@ -76,8 +99,11 @@ class OwnBlocks(PrefixCache):
     def release(self, rid: int) -> int:
         entries = self.held.pop(rid, 0)
         if entries:
-            assert rid not in self.runs, "a request freed twice"
-            self.runs[rid] = entries
+            runs = self._runs
+            if rid in runs and self.pending:  # a run the pending evictions empty
+                self._drop_pending()
+            assert rid not in runs, "a request freed twice"
+            runs[rid] = entries  # at the back: the pending evictions take the front
             self.lru_blocks += entries * self.entry_blocks
         return 0  # nothing is shared: every block goes back to the pool
 
@@ -98,18 +124,32 @@ class OwnBlocks(PrefixCache):
         return total
 
     def evict_to(self, free_blocks: int) -> None:
-        """Drop whole entries from the front runs, tail entries first, until the cached-free
-        blocks fit in ``free_blocks``."""
-        runs, size = self.runs, self.entry_blocks
-        while self.lru_blocks > free_blocks:
+        """Evict whole entries from the front runs, tail entries first, until the cached-free
+        blocks fit in ``free_blocks``: counted at once (``lru_blocks``), dropped from the runs
+        when something reads them (``pending``). Dropping ``x`` then ``y`` entries from the
+        front is dropping ``x + y``: a release appends behind every pending entry, and a run
+        leaves the list's middle (``acquire``) only after the pending ones are dropped."""
+        excess = self.lru_blocks - free_blocks
+        if excess > 0:
+            size = self.entry_blocks
+            drop = -(-excess // size)
+            self.lru_blocks -= drop * size
+            self.pending += drop
+            if self.pending >= PENDING_ENTRIES:  # bounds the runs kept
+                self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """Drop the pending evicted entries from the front runs."""
+        runs, drop = self._runs, self.pending
+        self.pending = 0
+        while drop:
             rid, entries = next(iter(runs.items()))
-            drop = -(-(self.lru_blocks - free_blocks) // size)
             if drop >= entries:
                 del runs[rid]
-                drop = entries
+                drop -= entries
             else:
                 runs[rid] = entries - drop
-            self.lru_blocks -= drop * size
+                drop = 0
 
     def check(self) -> None:
         assert all(entries > 0 for entries in self.runs.values()), "an empty run"

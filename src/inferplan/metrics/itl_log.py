@@ -25,12 +25,13 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.metrics.histogram import ItlHistogram, count_series_in_order
-from inferplan.metrics.moment_rows import WIDTH, pack
-from inferplan.metrics.moments import ARITHMETIC, ONE, Update
+from inferplan.metrics.histogram import BinGrid, ItlHistogram, count_series_in_order
+from inferplan.metrics.moment_rows import WIDTH, apply_rows, pack
+from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
 from inferplan.metrics.series_bins import add_series_arrays
 
 CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows (and binned)
+BATCH = 1 << 12  # ``ItlBatch``'s adds kept before they are counted and folded
 
 
 class ItlLog(ItlHistogram):
@@ -83,34 +84,9 @@ class ItlLog(ItlHistogram):
     def _bin(self, rows: npt.NDArray[np.float64]) -> None:
         """Add the bins of the rows' single durations and series (``add_many``'s batches were
         binned at their call) to the counts; note a weight that is not an integer."""
-        kind, edges, counts = rows[:, 0], self.grid.edges, self._counts
-        one, series = rows[kind == ONE], rows[kind == ARITHMETIC]
-        weights = np.concatenate((one[:, 2], series[:, 4]))
-        if not np.all(np.isfinite(weights) & (weights == np.floor(weights))):
+        if not integral_rows(rows):
             self._integral = False  # the counts below are then not exact in another order
-        bins = np.searchsorted(edges, one[:, 1], side="right")
-        counts += np.bincount(bins, weights=one[:, 2], minlength=len(counts))
-        first, step, num, weight, last = (series[:, i] for i in range(1, 6))
-        first_bin = np.searchsorted(edges, first, side="right")
-        last_bin = np.searchsorted(edges, last, side="right")
-        same = first_bin == last_bin
-        counts += np.bincount(
-            first_bin[same], weights=num[same] * weight[same], minlength=len(counts)
-        )
-        rising = ~same & (step > 0.0)
-        add_series_arrays(
-            counts, edges, first[rising], step[rising], num[rising].astype(np.int64),
-            weight[rising], first_bin[rising], last_bin[rising],
-        )  # fmt: skip
-        for j in np.flatnonzero(~same & ~rising).tolist():  # falling series: rare, one by one
-            count_series_in_order(
-                counts,
-                self.grid,
-                (
-                    float(first[j]), float(step[j]), int(num[j]), float(weight[j]),
-                    int(first_bin[j]), int(last_bin[j]),
-                ),
-            )  # fmt: skip
+        bin_rows(self._counts, self.grid, rows)
 
     @property
     def counts(self) -> npt.NDArray[np.float64]:
@@ -137,6 +113,120 @@ class ItlLog(ItlHistogram):
         """Every weight so far was an integer: the counts add exactly in any order."""
         self._pack()
         return self._integral
+
+
+class ItlBatch(ItlHistogram):
+    """``ItlHistogram`` whose single durations and series are kept as tuples and counted and
+    folded ``BATCH`` at a time (the simulator's own histogram): the same counts and the same
+    moment floats as adding each at its call.
+
+    While every weight is an integer the batch's bins are counted in whole arrays
+    (``bin_rows``: integer sums, exact in any order) and its moments folded by
+    ``moment_rows.apply_rows`` (the same float operations in the same order as
+    ``Moments.apply``); a batch with another weight is replayed through ``ItlHistogram``'s own
+    adds, in order. Every other verb and every reading applies the batch first, so the adds
+    keep their order among all the histogram's updates."""
+
+    def __init__(self, grid: BinGrid | None = None) -> None:
+        super().__init__(grid)
+        self._batch: list[Update] = []
+
+    def add(self, duration_s: float, weight: float = 1.0) -> None:
+        """``ItlHistogram.add``: the same checks; counted when its batch is applied."""
+        if not duration_s >= 0.0:
+            raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
+        if weight <= 0.0:
+            return
+        batch = self._batch
+        batch.append((ONE, duration_s, weight))
+        if len(batch) >= BATCH:
+            self.apply_batch()
+
+    def add_arithmetic(
+        self, first_s: float, step_s: float, num_steps: int, weight: float = 1.0
+    ) -> None:
+        """``ItlHistogram.add_arithmetic``: the same checks; counted when its batch is
+        applied."""
+        if num_steps <= 0 or weight <= 0.0:
+            return
+        last_s = first_s + (num_steps - 1) * step_s
+        if not (first_s >= 0.0 and last_s >= 0.0):
+            raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
+        batch = self._batch
+        batch.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
+        if len(batch) >= BATCH:
+            self.apply_batch()
+
+    def apply_batch(self) -> None:
+        """Count and fold the adds kept so far, after every update made before them."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        rows = pack(batch)
+        if self._integral and integral_rows(rows):
+            bin_rows(self._counts, self.grid, rows)
+            apply_rows(ItlHistogram._settled(self), rows)
+            return
+        for update in batch:  # in order, through the histogram's own adds
+            if update[0] == ONE:
+                ItlHistogram.add(self, update[1], update[2])
+            else:
+                _, first_s, step_s, num_steps, weight, _ = update
+                ItlHistogram.add_arithmetic(self, first_s, step_s, int(num_steps), weight)
+
+    @property
+    def counts(self) -> npt.NDArray[np.float64]:
+        self.apply_batch()
+        return super().counts
+
+    def _settled(self) -> Moments:
+        self.apply_batch()
+        return super()._settled()
+
+    def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
+        self.apply_batch()
+        super().add_many(durations_s, weight)
+
+    def merge(self, other: ItlHistogram) -> None:
+        self.apply_batch()
+        super().merge(other)
+
+
+def integral_rows(rows: npt.NDArray[np.float64]) -> bool:
+    """Whether every single duration's and series' weight among ``rows`` is an integer."""
+    kind = rows[:, 0]
+    weights = np.where(kind == ONE, rows[:, 2], rows[:, 4])[kind != MANY]
+    return bool(np.all(np.isfinite(weights) & (weights == np.floor(weights))))
+
+
+def bin_rows(counts: npt.NDArray[np.float64], grid: BinGrid, rows: npt.NDArray[np.float64]) -> None:
+    """Add the bins of the rows' single durations and series to ``counts``, as ``add`` and
+    ``add_arithmetic`` pick them (``np.searchsorted`` compares the same floats as their
+    ``bisect_right``); exact in any order while every weight is an integer."""
+    kind, edges = rows[:, 0], grid.edges
+    one, series = rows[kind == ONE], rows[kind == ARITHMETIC]
+    bins = np.searchsorted(edges, one[:, 1], side="right")
+    counts += np.bincount(bins, weights=one[:, 2], minlength=len(counts))
+    first, step, num, weight, last = (series[:, i] for i in range(1, 6))
+    first_bin = np.searchsorted(edges, first, side="right")
+    last_bin = np.searchsorted(edges, last, side="right")
+    same = first_bin == last_bin
+    counts += np.bincount(first_bin[same], weights=num[same] * weight[same], minlength=len(counts))
+    rising = ~same & (step > 0.0)
+    add_series_arrays(
+        counts, edges, first[rising], step[rising], num[rising].astype(np.int64),
+        weight[rising], first_bin[rising], last_bin[rising],
+    )  # fmt: skip
+    for j in np.flatnonzero(~same & ~rising).tolist():  # falling series: rare, one by one
+        count_series_in_order(
+            counts,
+            grid,
+            (
+                float(first[j]), float(step[j]), int(num[j]), float(weight[j]),
+                int(first_bin[j]), int(last_bin[j]),
+            ),
+        )  # fmt: skip
 
 
 def replay_into(
