@@ -86,13 +86,47 @@ def test_default_rows_change_nothing_and_plans_agree() -> None:
     plan = _plan("Qwen3-14B", "a100_sxm_80gb")
     base = efficiency_for(plan.gpu)
     assert base.mixed_decode_rows == 1
-    same = replace(base, mixed_decode_rows=1.0)
-    assert (
-        _model(plan, same).step_time(MIXED).total_s == _model(plan, base).step_time(MIXED).total_s
-    )
-    # The engine's cached step plans give the model's seconds with the tile on.
+    # The engine's cached step plans give the model's seconds with the tile on, a pure-decode
+    # step of the same decode rows planned first (its decode piece must not stand in).
     tiled = _model(plan, with_vllm_attention(base, plan))
     seconds = StepSeconds(tiled)
+    assert seconds(DECODE) == tiled.step_time(DECODE).total_s
     for ctx in (200 * 300, 200 * 600, 200 * 2000):
         batch = replace(MIXED, decode_context_tokens=ctx)
         assert seconds(batch) == tiled.step_time(batch).total_s
+
+
+def test_verify_steps_and_window_layers_run_a_whole_tile_without_a_prefill() -> None:
+    """FA2 folds a KV head's query heads into one tile only for one query row per sequence and
+    no window: a speculative verify step and gemma-3's sliding-window layers run the tile's
+    rows per query head in pure-decode steps too."""
+    plan = _plan("Qwen3-14B", "a100_sxm_80gb")
+    base = efficiency_for(plan.gpu)
+    plain, tiled = _model(plan, base), _model(plan, with_vllm_attention(base, plan))
+    verify = replace(DECODE, num_draft_tokens=3)
+    assert _decode_op_flops(tiled, verify) == pytest.approx(
+        64 / 4 * _decode_op_flops(plain, verify)
+    )
+    gemma = _plan("gemma-3-27b-it", "a100_sxm_80gb", tp=2)
+    assert runs_fa2_varlen(gemma)
+    gemma_eff = efficiency_for(gemma.gpu)
+    g_plain, g_tiled = (
+        _model(gemma, gemma_eff),
+        _model(gemma, with_vllm_attention(gemma_eff, gemma)),
+    )
+    local, full = {}, {}
+    for model, out in ((g_plain, local), (g_tiled, full)):
+        ops, _ = model._ops(DECODE)
+        out.update({i: op for i, op in enumerate(ops) if op.name == "attn_decode"})
+    moved = [i for i in local if full[i] != local[i]]
+    assert moved and len(moved) < len(local)  # the windowed groups only, not the global ones
+
+
+def test_an_fp8_kv_cache_takes_another_backend() -> None:
+    plan = plan_memory(
+        load_model("Qwen3-14B"),
+        load_gpu("a100_sxm_80gb"),
+        Parallelism(tp=1),
+        MemoryConfig(max_model_len=4096, kv_cache_dtype="fp8"),
+    )
+    assert not runs_fa2_varlen(plan)

@@ -147,7 +147,13 @@ def _decode_op(
     rates: AttentionRates,
 ) -> Op:
     """The decode rows' KV reads: capped by a saturated sliding window, else affine in the
-    context (evaluated at the micro-batch's context: this rank reads 1/dpa of it)."""
+    context (evaluated at the micro-batch's context: this rank reads 1/dpa of it).
+
+    Where the kernel gives a decode query a whole tile (``rates.mixed_decode_rows``, FA2), it
+    folds a KV head's query heads into one tile only when every sequence of the step has one
+    query row and the layer has no window (FA2's ``seqlenq_ngroups_swapped``): a step with a
+    prefill chunk, a speculative verify (``q > 1``) or a sliding-window layer runs the tile's
+    rows for each query head."""
     token_bytes, decode_flops, io = per_token
     n, window = s.decode_seqs, read_window(att)
     context = batch.decode_context_tokens / s.share
@@ -156,8 +162,8 @@ def _decode_op(
     q = 1 + batch.num_draft_tokens
     drafts = decode_flops * n * (q - 1) * q / 2
     rows: float = q
-    if s.prefill and rates.mixed_decode_rows > q:  # a whole query tile per decode sequence
-        rows = rates.mixed_decode_rows
+    if rates.mixed_decode_rows > q and (s.prefill or q > 1 or att.window_tokens is not None):
+        rows = rates.mixed_decode_rows  # a whole query tile per decode sequence (_tiled)
     if window is not None and context >= n * window:
         flops = decode_flops * n * window * rows + drafts
         read = token_bytes * (n * window + n * q) + io * n * q

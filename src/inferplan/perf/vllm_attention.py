@@ -17,9 +17,11 @@ batch, decode rows and prefill chunks together, with the paged KV cache's block 
   forces it), whose query tile is **64 rows** for every head dimension ("kBlockM = 64 only
   for the splitKV kernels", ``set_params_splitkv``; ``run_mha_fwd_splitkv_dispatch``);
 - the grid is (query tiles of each sequence) x (sequences) x (query heads). Only when the whole
-  batch is decode (``max_seqlen_q == 1``) are a KV head's query heads folded into one tile
-  (``seqlenq_ngroups_swapped``). In a step that carries a prefill chunk, ``max_seqlen_q > 1``,
-  so each decode sequence gets, for **each query head**, a tile of 64 rows of which one is real,
+  batch is decode (``max_seqlen_q == 1``) and the layer has no sliding window are a KV head's
+  query heads folded into one tile (``seqlenq_ngroups_swapped``). In a step that carries a
+  prefill chunk (or a speculative verify, ``max_seqlen_q = 1 + k``, or in a sliding-window
+  layer at every step), each decode sequence gets, for **each query head**, a tile of 64 rows
+  of which one (``1 + k``) is real,
   and the tile's matrix multiplies run over its whole context: ``4 x 64 x head_dim`` FLOPs per
   context token and query head, 64 times the real row's.
 
@@ -52,9 +54,11 @@ FA2_ARCHITECTURES = ("ampere", "ada_lovelace")
 
 
 def runs_fa2_varlen(plan: MemoryPlan) -> bool:
-    """Whether vLLM runs ``plan``'s attention in FA2's paged varlen kernel: an sm8x part and
-    softmax GQA attention without sinks in every layer that has attention."""
-    if plan.gpu.architecture not in FA2_ARCHITECTURES:
+    """Whether vLLM runs ``plan``'s attention in FA2's paged varlen kernel: an sm8x part, a KV
+    cache in the model's 16-bit type (FA2 reads no FP8 KV: vLLM picks another backend for
+    ``--kv-cache-dtype fp8``) and softmax GQA attention without sinks in every layer that has
+    attention."""
+    if plan.gpu.architecture not in FA2_ARCHITECTURES or plan.kv_format.bytes_per_value != 2:
         return False
     kinds = [g.attention for g in plan.spec.layer_groups if g.attention.kind != "none"]
     return bool(kinds) and all(a.kind == "gqa" and not a.has_sinks for a in kinds)
