@@ -107,13 +107,15 @@ def _batched(adds: list[tuple[str, tuple]]) -> tuple[ItlHistogram, ItlBatch]:
     return hist, batch
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("seed", "small"), [(0, 0), (1, 64), (2, 1000)])
 def test_batch_counts_and_moments_equal_the_histograms(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, small: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counted and folded a batch at a time (and across ``add_many``, which applies the batch
-    first): the same counts and the same moment floats, to the bit."""
+    first), in arrays or replayed below ``SMALL_BATCH``: the same counts and the same moment
+    floats, to the bit."""
     monkeypatch.setattr(itl_log, "BATCH", 97)  # many batches
+    monkeypatch.setattr(itl_log, "SMALL_BATCH", small)
     hist, batch = _batched(_adds(seed, 2000))
     assert np.array_equal(batch.counts, hist.counts)
     assert astuple(batch._settled()) == astuple(hist._settled())
@@ -131,6 +133,7 @@ def test_batch_with_a_fractional_weight_adds_in_order(
     """A fractional weight: its batch and every later one replay the histogram's own adds in
     order, so the (then order dependent) counts are the histogram's too."""
     monkeypatch.setattr(itl_log, "BATCH", 50)
+    monkeypatch.setattr(itl_log, "SMALL_BATCH", 0)  # every batch through the arrays' test
     adds = _adds(6, 400)
     at = next(i for i, (n, _) in enumerate(adds) if n == name and i > 120)
     adds[at] = (name, (*adds[at][1][:-1], 2.5))

@@ -115,6 +115,12 @@ class ItlLog(ItlHistogram):
         return self._integral
 
 
+# Fewer adds than this are replayed through ``ItlHistogram``'s own adds when a batch is applied
+# early (a series added whole, a merge, a reading): the arrays' fixed cost is about a hundred
+# single adds' (``long10x``, where long decodes add whole series between a few single adds).
+SMALL_BATCH = 64
+
+
 class ItlBatch(ItlHistogram):
     """``ItlHistogram`` whose single durations and series are kept as tuples and counted and
     folded ``BATCH`` at a time (the simulator's own histogram): the same counts and the same
@@ -124,8 +130,9 @@ class ItlBatch(ItlHistogram):
     (``bin_rows``: integer sums, exact in any order) and its moments folded by
     ``moment_rows.apply_rows`` (the same float operations in the same order as
     ``Moments.apply``); a batch with another weight is replayed through ``ItlHistogram``'s own
-    adds, in order. Every other verb and every reading applies the batch first, so the adds
-    keep their order among all the histogram's updates."""
+    adds, in order, and so is a batch of fewer than ``SMALL_BATCH`` adds. Every other verb and
+    every reading applies the batch first, so the adds keep their order among all the
+    histogram's updates."""
 
     def __init__(self, grid: BinGrid | None = None) -> None:
         super().__init__(grid)
@@ -163,11 +170,12 @@ class ItlBatch(ItlHistogram):
         if not batch:
             return
         self._batch = []
-        rows = pack(batch)
-        if self._integral and integral_rows(rows):
-            bin_rows(self._counts, self.grid, rows)
-            apply_rows(ItlHistogram._settled(self), rows)
-            return
+        if len(batch) >= SMALL_BATCH and self._integral:
+            rows = pack(batch)
+            if integral_rows(rows):
+                bin_rows(self._counts, self.grid, rows)
+                apply_rows(ItlHistogram._settled(self), rows)
+                return
         for update in batch:  # in order, through the histogram's own adds
             if update[0] == ONE:
                 ItlHistogram.add(self, update[1], update[2])
