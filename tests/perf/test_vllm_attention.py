@@ -11,6 +11,7 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
+from inferplan.perf.op import Op
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.step_seconds import StepSeconds
 from inferplan.perf.vllm_attention import (
@@ -114,7 +115,8 @@ def test_verify_steps_and_window_layers_run_a_whole_tile_without_a_prefill() -> 
         _model(gemma, gemma_eff),
         _model(gemma, with_vllm_attention(gemma_eff, gemma)),
     )
-    local, full = {}, {}
+    local: dict[int, Op] = {}
+    full: dict[int, Op] = {}
     for model, out in ((g_plain, local), (g_tiled, full)):
         ops, _ = model._ops(DECODE)
         out.update({i: op for i, op in enumerate(ops) if op.name == "attn_decode"})
