@@ -40,7 +40,6 @@ from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
 from inferplan.errors import InferplanError
 from inferplan.metrics.itl_log import ItlLog, replay_into
 from inferplan.metrics.records import RequestStatus
-from inferplan.metrics.steptrace import StepTrace
 from inferplan.metrics.trace_log import StepTraceLog
 
 
@@ -286,13 +285,10 @@ def _run_alone(
 
 
 def _log_metrics(replica: Replica) -> ItlLog:
-    """Point ``replica``'s ITL histogram and KV trace at logs (``metrics/itl_log.py``,
-    ``metrics/trace_log.py``); its ITL log."""
+    """Point ``replica``'s ITL histogram at a log (``metrics/itl_log.py``); its ITL log. Its KV
+    trace is already a ``StepTraceLog`` (``simsetup.build_replicas`` builds every replica's)."""
     itl = ItlLog()
     replica.itl = itl
-    trace = replica.trace
-    if trace.num_records == 0 and type(trace) is StepTrace:
-        replica.trace = StepTraceLog(trace.total_blocks, max_points=trace.max_points)
     return itl
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from inferplan.engine.chainblocks import TailBlocks
 from inferplan.engine.ownchain import OwnLru
 from inferplan.engine.ownstretch import steps_before_head_joins
+from inferplan.engine.plain_admission import plain_head_chunk
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.stretch import _steps_before
 from inferplan.memory.ownblocks import OwnBlocks
@@ -215,7 +216,7 @@ class _Chain:
         if self.own is None:  # ``head_chunk`` without a prefix cache, KV tiers or policies
             # (``_applies``): the head's first chunk of ``min(tokens, leftover)`` tokens fits
             tokens = r.waiting.peek()[1]
-            return -(-min(tokens, leftover) // self.block) <= available
+            return plain_head_chunk(tokens, leftover, self.block, available) is not None
         rid, tokens = r.waiting.peek()  # vLLM v1's ``head_chunk`` with the chain's hit
         run_entries, _ = self.own.head_run(rid)
         cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]

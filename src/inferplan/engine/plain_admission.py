@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from inferplan.engine.schedulers import HeadFit, Scheduler
 
 
+def plain_head_chunk(tokens: int, budget: int, block_size: int, available: int) -> int | None:
+    """The queue head's first chunk with no prefix hit, ``min(tokens, budget)`` tokens, where its
+    ``ceil(chunk / block_size)`` blocks fit in ``available`` free blocks; None where it waits.
+    The one statement of vLLM v1's plain head test (``_head_fit`` with no prefix cache, KV tiers
+    or admission policy), for ``admit_plainly``, ``Scheduler.head_can_join`` and the chain's."""
+    chunk = min(tokens, budget)
+    return chunk if -(-chunk // block_size) <= available else None
+
+
 def admit_plainly(
     s: Scheduler, budget: int, sched: list[int], now: float, fit: HeadFit | None
 ) -> None:
@@ -33,9 +42,10 @@ def admit_plainly(
         if fit is not None and fit[:5] == (rid, tokens, budget, pool.free_blocks, 0):
             chunk, hit = fit[5], fit[6]
         else:
-            chunk, hit = min(tokens, budget), 0
-            if -(-chunk // block) > pool.free_blocks:  # ``pool.blocks_for_one(chunk)``
+            head_chunk = plain_head_chunk(tokens, budget, block, pool.free_blocks)
+            if head_chunk is None:
                 break  # the head waits, and blocks those behind it
+            chunk, hit = head_chunk, 0
         fit = None
         held = -(-(hit + chunk) // block)
         waiting.pop()

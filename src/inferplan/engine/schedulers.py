@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.engine.plain_admission import admit_plainly
+from inferplan.engine.plain_admission import admit_plainly, plain_head_chunk
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.prefix_admission import map_cached, reload
 from inferplan.engine.running import RunningSet
@@ -266,12 +266,9 @@ class Scheduler:
             return False
         if self._admits_plainly():  # ``_head_fit`` in block counts (no prefix hit)
             rid, tokens = self.waiting.peek()
-            chunk = min(tokens, leftover)
-            if -(-chunk // self.pool.block_size) > available:
-                self.joins = None
-                return False
-            self.joins = rid, tokens, leftover, available, 0, chunk, 0
-            return True
+            chunk = plain_head_chunk(tokens, leftover, self.pool.block_size, available)
+            self.joins = None if chunk is None else (rid, tokens, leftover, available, 0, chunk, 0)
+            return chunk is not None
         self.joins = self._head_fit(leftover, available)  # kept for the step that follows
         return self.joins is not None
 

@@ -11,15 +11,23 @@ reduction, so a decode batch of a few hundred to a few thousand rows gives a TP8
 a fraction of a TP1 GEMM's tiles, while a prefill step of thousands of tokens still fills the
 part many times over.
 
-The model: the rows at half of ``gemm_compute`` grow as the rank's GEMM narrows,
+The model: the rows at half of ``gemm_compute`` grow as the rank's operator narrows,
 
     half_rows = gemm_half_tokens + gemm_half_outputs / width,   width = W_rank / hidden
 
-where ``W_rank`` is the operator's parameter count on one rank (``width`` its output columns
-were every matrix column-parallel). Compute-bound, ``2 W (rows + half_rows) / peak`` is the
-plain ramp's time plus ``2 * hidden * gemm_half_outputs / (peak x gemm_compute)`` per GEMM,
-whatever the rows and the TP: the time of ``gemm_half_outputs`` outputs over the full
-reduction depth, the idle tail of a last wave. Of the order of half a wave of output tiles,
+where ``W_rank`` is the operator's parameter count on one rank, summed over its GEMMs
+(``attn_proj``: q/k/v and o; ``mlp``: gate/up and down). ``width`` is a column-parallel
+matrix's output columns (``N / tp`` over a ``hidden``-deep reduction) but a row-parallel one's
+reduction depth (o, down: ``K / tp`` deep, ``hidden`` output columns), and the operator's sum
+mixes the two. Compute-bound, ``2 W (rows + half_rows) / peak`` is the plain ramp's time plus
+``2 * hidden * gemm_half_outputs / (peak x gemm_compute)`` once per operator and layer (not
+per GEMM: ``attn_proj``'s GEMMs share one tail, and so do ``mlp``'s), whatever the rows and the
+TP: the time of ``gemm_half_outputs`` outputs over a ``hidden``-deep reduction, the idle tail of
+a last wave. Before turning it on, charge it per GEMM with that GEMM's own shape (column-
+parallel: ``N / tp`` outputs over ``hidden``; row-parallel: ``hidden`` outputs over ``K / tp``,
+a tail of ``2 * (K / tp) * gemm_half_outputs / (peak x gemm_compute)``) and refit
+``gemm_half_outputs``, which now stands for one tail per operator. Of the order of half a wave
+of output tiles,
 SMs x tile area / 2 (132 x 128 x 128 / 2 = 1.1 M on H100); the fit bounds it by one wave of the
 largest tile on the part with the most SMs. It adds a share of a step that grows with TP (the
 rank's GEMM time falls as ``1 / tp``, the tail does not) and with fewer rows (decode, not
