@@ -171,3 +171,20 @@ def assert_line_matches(model: StepTimeModel, num_seqs: int, context: int) -> fl
     for point in points:
         assert a + b * point == pytest.approx(decode_step_s(model, num_seqs, point), rel=LINE_RTOL)
     return limit
+
+
+def mixed_batch(
+    chunks: list[tuple[int, int]], num_decode: int, context_per_seq: int, drafts: int = 0
+) -> StepBatch:
+    """Prefill chunks ``(q, o)`` (``q`` tokens after ``o`` cached) beside ``num_decode``
+    decodes of ``context_per_seq`` tokens each (and ``drafts`` speculative tokens each), as the
+    engine's mixed steps sum them."""
+    return StepBatch(
+        prefill_tokens=sum(q for q, _ in chunks),
+        prefill_attention_pairs=float(sum(chunk_attention_pairs(q, o) for q, o in chunks)),
+        prefill_context_tokens=sum(o for _, o in chunks),
+        num_prefill_seqs=len(chunks),
+        num_decode_seqs=num_decode,
+        decode_context_tokens=num_decode * context_per_seq,
+        num_draft_tokens=drafts,
+    )

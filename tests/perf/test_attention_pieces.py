@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.roofline import RooflineModel
 
-from .perf_helpers import MODELS, roofline
+from .perf_helpers import MODELS, mixed_batch, roofline
 
 VARIANTS = [
     *[(name, {}) for name in MODELS],
@@ -34,18 +33,6 @@ shapes = {
     ),
     "drafts": st.sampled_from([0, 0, 3]),
 }
-
-
-def _batch(chunks: list[tuple[int, int]], num_decode: int, context: int, drafts: int) -> StepBatch:
-    return StepBatch(
-        prefill_tokens=sum(q for q, _ in chunks),
-        prefill_attention_pairs=float(sum(chunk_attention_pairs(q, o) for q, o in chunks)),
-        prefill_context_tokens=sum(o for _, o in chunks),
-        num_prefill_seqs=len(chunks),
-        num_decode_seqs=num_decode,
-        decode_context_tokens=num_decode * context,
-        num_draft_tokens=drafts,
-    )
 
 
 def _fresh(model: RooflineModel) -> RooflineModel:
@@ -67,7 +54,7 @@ def test_attention_pieces_are_the_whole_batchs_operators(
     model = roofline(name, "h200", **kwargs)  # shared: its caches are warm from other shapes
     pieces = model.attention_pieces
     for context in contexts:
-        batch = _batch(chunks, num_decode, context, drafts)
+        batch = mixed_batch(chunks, num_decode, context, drafts)
         m = model.microbatches(batch)
         for i, layers in enumerate(pieces.groups):
             split = [op for piece in pieces.of(i, batch, m) for op in piece]
@@ -87,13 +74,13 @@ def test_a_warm_model_builds_what_a_fresh_one_does(
 ) -> None:
     model = roofline(name, "h200", **kwargs)
     for context in contexts:
-        batch = _batch(chunks, num_decode, context, drafts)
+        batch = mixed_batch(chunks, num_decode, context, drafts)
         assert model._ops(batch) == _fresh(model)._ops(batch)
 
 
 def test_the_moe_exchange_is_part_of_the_cached_communication() -> None:
     model = _fresh(roofline("DeepSeek-V3", "h200", tp=8, dp=8, ep=True))
-    batch = _batch([(2048, 0)], 64, 3000, 0)
+    batch = mixed_batch([(2048, 0)], 64, 3000, 0)
     alltoall = model.step_time(batch).by_bound_s["communication"]
     model.moe_exchange = "allgather"
     other = _fresh(model)
@@ -112,8 +99,8 @@ def test_a_tiled_decode_row_in_a_mixed_step_is_charged_in_the_pieces() -> None:
     eff = replace(base.eff, mixed_decode_rows=64.0)
     model = RooflineModel(base.spec, base.gpu, base.par, base.formats, base.kv, eff)
     pieces = model.attention_pieces
-    decode_only = _batch([], 200, 5000, 0)
-    mixed = _batch([(512, 0)], 200, 5000, 0)
+    decode_only = mixed_batch([], 200, 5000, 0)
+    mixed = mixed_batch([(512, 0)], 200, 5000, 0)
     decode_ops = {}
     for batch in (decode_only, mixed):  # the pure-decode piece is cached first
         m = model.microbatches(batch)

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.perf.batch import StepBatch, StepTime, chunk_attention_pairs
+from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.perf.cudagraph import CudaGraphs
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.step_seconds import StepSeconds
 
-from .perf_helpers import MODELS, roofline
+from .perf_helpers import MODELS, mixed_batch, roofline
 
 VARIANTS = [
     *[(name, {}) for name in MODELS],
@@ -25,19 +25,6 @@ VARIANTS = [
     ("DeepSeek-V3", {"tp": 8, "dp": 8, "ep": True}),
     ("Qwen3-30B-A3B", {"tp": 2, "zipf": 1.2}),
 ]
-
-
-def _batch(chunks: list[tuple[int, int]], num_decode: int, context_per_seq: int) -> StepBatch:
-    """Prefill chunks ``(q, o)`` (``q`` tokens after ``o`` cached) beside ``num_decode``
-    decodes of ``context_per_seq`` tokens each, as the engine's mixed steps sum them."""
-    return StepBatch(
-        prefill_tokens=sum(q for q, _ in chunks),
-        prefill_attention_pairs=float(sum(chunk_attention_pairs(q, o) for q, o in chunks)),
-        prefill_context_tokens=sum(o for _, o in chunks),
-        num_prefill_seqs=len(chunks),
-        num_decode_seqs=num_decode,
-        decode_context_tokens=num_decode * context_per_seq,
-    )
 
 
 chunk = st.tuples(st.integers(1, 9000), st.sampled_from([0, 0, 16, 4096, 100_000]))
@@ -62,7 +49,7 @@ def test_step_seconds_equal_step_time_bit_for_bit(
     if not chunks and not num_decode:
         num_decode = 1
     for context in contexts:  # the first compiles the plan, the rest reuse it
-        batch = _batch(chunks, num_decode, context)
+        batch = mixed_batch(chunks, num_decode, context)
         assert seconds(batch) == model.step_time(batch).total_s
 
 
@@ -72,7 +59,7 @@ def test_a_new_set_of_cuda_graphs_is_seen() -> None:
         model.spec, model.gpu, model.par, model.formats, model.kv, model.eff
     )  # own instance: the shared one must keep its graphs
     seconds = StepSeconds(fresh)
-    batch = _batch([], 9, 1000)
+    batch = mixed_batch([], 9, 1000)
     before = seconds(batch)
     fresh.graphs = CudaGraphs((1, 2, 4, 8, 16, 32))  # 9 sequences replay the 16 graph
     after = seconds(batch)
@@ -94,7 +81,7 @@ def test_other_models_are_asked_every_step() -> None:
             return inner.decode_line(num_seqs, context_tokens)
 
     seconds = StepSeconds(Counting())
-    batch = _batch([(512, 0)], 7, 900)
+    batch = mixed_batch([(512, 0)], 7, 900)
     assert seconds(batch) == seconds(batch) == inner.step_time(batch).total_s
     assert asked == [batch, batch]
 
@@ -118,7 +105,7 @@ def test_hidden_host_work_is_in_the_plans(
     if not chunks and not num_decode:
         num_decode = 1
     for context in contexts:
-        batch = _batch(chunks, num_decode, context)
+        batch = mixed_batch(chunks, num_decode, context)
         total_s = model.step_time(batch).total_s
         assert seconds(batch) == total_s
         assert (
@@ -143,5 +130,5 @@ def test_a_window_that_saturates_gets_its_own_plan(name: str, kwargs: dict[str, 
     window = min(w for w in model.attention_pieces.windows if w is not None)
     for num_decode in (1, 7, 64):
         for context in (window - 1, window, window + 1, 3 * window, window - 1):
-            batch = _batch([(300, 16)], num_decode, context)
+            batch = mixed_batch([(300, 16)], num_decode, context)
             assert seconds(batch) == model.step_time(batch).total_s
