@@ -74,17 +74,20 @@ class OwnBlocks(PrefixCache):
         evictions; True may be a run they empty)."""
         return rid in self._runs
 
-    def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
+    def _runs_for(self, rid: int) -> OrderedDict[int, int]:
+        """The runs, the pending evictions dropped first where ``rid`` has a run (they may
+        empty it, and it may leave the list's middle); else as kept, since the pending ones
+        come off the front."""
         runs = self._runs
         if rid in runs and self.pending:
             self._drop_pending()
-        return min(runs.get(rid, 0), max_entries), 0  # nobody else maps its blocks
+        return runs
+
+    def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
+        return min(self._runs_for(rid).get(rid, 0), max_entries), 0  # nobody maps its blocks
 
     def acquire(self, rid: int, entries: int) -> int:
-        runs = self._runs
-        if rid in runs and self.pending:  # its run leaves the list's middle: the front first
-            self._drop_pending()
-        cached = runs.pop(rid, 0)
+        cached = self._runs_for(rid).pop(rid, 0)
         # A lookup's cap is never below a run (module doc): a hit takes the whole run.
         assert entries == cached, "an own-block hit leaves part of its run cached"
         self.lru_blocks -= cached * self.entry_blocks
@@ -99,9 +102,7 @@ class OwnBlocks(PrefixCache):
     def release(self, rid: int) -> int:
         entries = self.held.pop(rid, 0)
         if entries:
-            runs = self._runs
-            if rid in runs and self.pending:  # a run the pending evictions empty
-                self._drop_pending()
+            runs = self._runs_for(rid)
             assert rid not in runs, "a request freed twice"
             runs[rid] = entries  # at the back: the pending evictions take the front
             self.lru_blocks += entries * self.entry_blocks
