@@ -1,5 +1,6 @@
 """vLLM's FlashAttention-2 on Ampere: a decode row in a mixed step runs a whole 64-row query tile
-per head (perf/vllm_attention.py)."""
+per head; its Triton unified attention (sinks) re-loads K and V per program
+(perf/vllm_attention.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.step_seconds import StepSeconds
 from inferplan.perf.vllm_attention import (
     FA2_SPLITKV_TILE_ROWS,
+    query_group,
     runs_fa2_varlen,
+    runs_triton_unified,
+    triton_tile_rows,
     with_vllm_attention,
 )
 from inferplan.plan.served import served_efficiency
@@ -132,3 +136,72 @@ def test_an_fp8_kv_cache_takes_another_backend() -> None:
         MemoryConfig(max_model_len=4096, kv_cache_dtype="fp8"),
     )
     assert not runs_fa2_varlen(plan)
+
+
+def test_which_runs_take_triton_unified_attention() -> None:
+    assert runs_triton_unified(_plan("gpt-oss-20b", "a100_sxm_80gb"))  # sinks on sm80
+    assert runs_triton_unified(_plan("gpt-oss-20b", "l40s"))  # and on sm89
+    assert not runs_triton_unified(_plan("gpt-oss-20b", "h100_sxm_80gb"))  # FA3 has sinks
+    assert not runs_triton_unified(_plan("Qwen3-14B", "a100_sxm_80gb"))  # no sinks: FA2
+
+
+def test_triton_tile_rows_and_query_groups() -> None:
+    # BLOCK_M: 16 rows, or the group's next power of two where the group is larger.
+    assert [triton_tile_rows(g) for g in (1, 8, 16, 17, 32, 33)] == [16, 16, 16, 32, 32, 64]
+    assert query_group(_plan("gpt-oss-20b", "a100_sxm_80gb")) == 8  # 64 query on 8 KV heads
+    assert query_group(_plan("gpt-oss-120b", "a100_sxm_80gb", 2)) == 8  # 32 on 4 per rank
+    assert query_group(_plan("Qwen3-14B", "a100_sxm_80gb")) == 5  # 40 on 8
+
+
+def test_triton_prefill_runs_at_its_loads_rate() -> None:
+    plan = _plan("gpt-oss-20b", "a100_sxm_80gb")
+    family = efficiency_for(plan.gpu)
+    vllm = served_efficiency(family, plan, "vllm")
+    # 16 rows x 2 FLOPs per K/V byte (BF16) at 2,039 GB/s x 0.7495 over 312 TFLOP/s.
+    assert vllm.attention_compute == pytest.approx(16 * 2039e9 * 0.7495 / 312e12, rel=1e-4)
+    assert vllm.attention_compute == pytest.approx(0.07837, rel=1e-3)
+    assert vllm.mixed_decode_rows == 1 and vllm.attention_memory == family.attention_memory
+    for engine in ("sglang", "trtllm"):  # other engines' kernels are not vLLM's
+        assert served_efficiency(family, plan, engine).attention_compute == 0.55
+    h100 = _plan("gpt-oss-20b", "h100_sxm_80gb")
+    hopper = efficiency_for(h100.gpu)
+    assert served_efficiency(hopper, h100, "vllm").attention_compute == hopper.attention_compute
+    # An FP8 KV cache halves the bytes a program loads: twice the FLOPs per byte.
+    fp8 = plan_memory(
+        load_model("gpt-oss-20b"),
+        load_gpu("a100_sxm_80gb"),
+        Parallelism(tp=1),
+        MemoryConfig(max_model_len=4096, kv_cache_dtype="fp8"),
+    )
+    assert with_vllm_attention(family, fp8).attention_compute == pytest.approx(
+        2 * vllm.attention_compute
+    )
+
+
+def test_triton_prefill_time_is_the_reloaded_kv_at_the_read_rate() -> None:
+    """A full-attention layer's prefill: its FLOP time equals the K and V each 2-token query
+    block loads over its causal span, at the KV-read rate; decode rows stay memory-bound."""
+    plan = _plan("gpt-oss-20b", "a100_sxm_80gb")
+    eff = served_efficiency(efficiency_for(plan.gpu), plan, "vllm")
+    chunk, cached = 2048, 16000
+    pairs = chunk * cached + chunk * (chunk + 1) / 2
+    batch = StepBatch(
+        prefill_tokens=chunk,
+        prefill_attention_pairs=pairs,
+        prefill_context_tokens=cached,
+        num_prefill_seqs=1,
+        num_decode_seqs=8,
+        decode_context_tokens=8 * 20000,
+    )
+    ops, _ = _model(plan, eff)._ops(batch)
+    prefill = [op for op in ops if op.name == "attn_prefill"]
+    full = [op for op in prefill if op.f0 == pytest.approx(16384 * pairs)]
+    assert len(full) == 1 < len(prefill)  # 4 x 64 heads x 64 dims a pair; windows: fewer
+    block_q = 16 // 8  # query tokens a program holds
+    loads = pairs / block_q * 8 * 2 * 64 * 2  # 8 KV heads' K and V, BF16
+    assert full[0].f0 / full[0].flops_s == pytest.approx(loads / (2039e9 * 0.7495), rel=1e-4)
+    decode = [op for op in ops if op.name == "attn_decode"]
+    assert decode
+    for op in decode:  # fixed and per-context-token parts: the bytes bound
+        assert op.f0 / op.flops_s < op.b0 / op.bytes_s
+        assert op.f1 / op.flops_s <= op.b1 / op.bytes_s
