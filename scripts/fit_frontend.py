@@ -35,6 +35,7 @@ from inferplan.engine.frontend import FrontEnd, frontend_class
 from inferplan.errors import InferplanError
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.engine_kernels import engine_factor, plan_kernel_class, scale_kernels
+from inferplan.perf.sglang_moe import sglang_kernel_class
 from inferplan.perf.vllm_moe import vllm_kernel_class
 from inferplan.plan.chat_stream import empty_chunks, merged_gaps
 from inferplan.plan.folds import (
@@ -154,10 +155,14 @@ def run_factors(name: str, kernel: str) -> list[float]:
 
 
 def run_class(run: list[PublishedRow]) -> str:
-    """The run's kernel class; vLLM's BF16 MoE runs are ``experts`` (``perf/vllm_moe.py``)."""
+    """The run's kernel class; vLLM's and SGLang's BF16 MoE runs are ``experts``
+    (``perf/vllm_moe.py``, ``perf/sglang_moe.py``)."""
     plan = memory_plan(run_setup(run[0]))
     kernel = plan_kernel_class(plan)
-    return vllm_kernel_class(plan, kernel) if ENGINES[run[0].engine] == "vllm" else kernel
+    engine = ENGINES[run[0].engine]
+    if engine == "sglang":
+        return sglang_kernel_class(plan, kernel)
+    return vllm_kernel_class(plan, kernel) if engine == "vllm" else kernel
 
 
 def with_host(eff: Efficiency, host: tuple[float, ...]) -> Efficiency:

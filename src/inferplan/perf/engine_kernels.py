@@ -36,9 +36,10 @@ chunks (quadratic attention) 3x slow: DeepSeek-R1 on 8 H200, ``32000/100``, TTFT
 and vLLM's ``mla`` factor is relative to the BF16 peak, its block-scaled FP8 GEMMs' reach
 (``perf/vllm_fp8.py``).
 
-``experts`` is vLLM's BF16 MoE class (``perf/vllm_moe.py``: its routed experts in its Triton
-fused-MoE kernel, its dense GEMMs in cuBLAS): its factor scales the experts' grouped-GEMM
-fraction (``moe_gemm``) only, and where an engine has none it is 1, as ``bf16``'s.
+``experts`` is vLLM's and SGLang's BF16 MoE class (``perf/vllm_moe.py``, ``perf/sglang_moe.py``:
+their routed experts in a Triton fused-MoE kernel, their dense GEMMs in cuBLAS): its factor
+scales the experts' grouped-GEMM fraction (``moe_gemm``) only, and where an engine has none it
+is 1, as ``bf16``'s.
 """
 
 from __future__ import annotations

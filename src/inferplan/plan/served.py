@@ -32,6 +32,7 @@ from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.perf.sglang_moe import sglang_kernel_class
 from inferplan.perf.vllm_attention import with_vllm_attention
 from inferplan.perf.vllm_fp8 import with_vllm_fp8
 from inferplan.perf.vllm_moe import vllm_kernel_class, with_fused_moe_configs
@@ -77,6 +78,8 @@ def served_efficiency(
     kernel = plan_kernel_class(plan)
     if engine == "vllm":
         kernel = vllm_kernel_class(plan, kernel)
+    elif engine == "sglang":
+        kernel = sglang_kernel_class(plan, kernel)
     eff = with_engine_kernels(eff, overhead_class(engine, version), kernel)
     eff = with_vllm_configs(eff, plan, engine)
     eff = with_overlap_schedule(eff, engine)

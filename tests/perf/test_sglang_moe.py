@@ -1,0 +1,51 @@
+"""SGLang's BF16 routed experts: the ``experts`` kernel class (perf/sglang_moe.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.perf.efficiency import efficiency_for
+from inferplan.perf.engine_kernels import bundled_kernels, plan_kernel_class
+from inferplan.perf.sglang_moe import sglang_kernel_class
+from inferplan.plan.served import served_efficiency
+from inferplan.specs.catalog import load_model
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+
+
+def _plan(model: str, gpu: str, tp: int, quantization: str | None = None) -> MemoryPlan:
+    return plan_memory(
+        load_model(model),
+        load_gpu(gpu),
+        Parallelism(tp=tp),
+        MemoryConfig(quantization=quantization, max_model_len=4096),
+    )
+
+
+def _class(plan: MemoryPlan) -> str:
+    return sglang_kernel_class(plan, plan_kernel_class(plan))
+
+
+def test_bf16_moe_is_the_experts_class_and_the_others_keep_theirs() -> None:
+    assert _class(_plan("GLM-4.5-Air", "a100_sxm_80gb", 4)) == "experts"
+    assert _class(_plan("Qwen3-235B-A22B", "h100_sxm_80gb", 8)) == "experts"
+    assert _class(_plan("Qwen3-14B", "h100_sxm_80gb", 1)) == "bf16"  # dense: the reference
+    assert _class(_plan("Qwen3-235B-A22B", "h200_sxm_141gb", 8, "fp8")) == "fp8"
+    assert _class(_plan("DeepSeek-R1", "h200_sxm_141gb", 8)) == "mla"
+
+
+def test_sglang_runs_its_bf16_experts_at_its_factor_and_nothing_else_moves() -> None:
+    experts = bundled_kernels()["sglang"]["experts"]
+    assert experts == 0.3  # perf/data: fitted on the grid 1 .. 0.3 (docs/validation.md sglang5)
+    moe = _plan("GLM-4.5-Air", "a100_sxm_80gb", 4)
+    family = efficiency_for(moe.gpu)
+    eff = served_efficiency(family, moe, "sglang")
+    assert eff.moe_gemm == pytest.approx(family.moe_gemm * 0.3)
+    assert eff.gemm_compute == family.gemm_compute  # dense layers: cuBLAS, the family's
+    assert eff.attention_compute == family.attention_compute
+    assert eff.memory_bandwidth == family.memory_bandwidth  # decode's streaming untouched
+    dense = _plan("Qwen3-14B", "h100_sxm_80gb", 1)
+    dense_eff = served_efficiency(efficiency_for(dense.gpu), dense, "sglang")
+    assert dense_eff.moe_gemm == efficiency_for(dense.gpu).moe_gemm
+    assert dense_eff.gemm_compute == efficiency_for(dense.gpu).gemm_compute
