@@ -56,9 +56,9 @@ def test_attention_pieces_are_the_whole_batchs_operators(
     for context in contexts:
         batch = mixed_batch(chunks, num_decode, context, drafts)
         m = model.microbatches(batch)
-        for i, layers in enumerate(pieces.groups):
-            split = [op for piece in pieces.of(i, batch, m) for op in piece]
-            assert split == pieces._build(layers, batch, m)
+        for i in range(len(pieces.groups)):
+            split = tuple(op for piece in pieces.of(i, batch, m) for op in piece)
+            assert split == pieces._build(i, batch, m)
 
 
 @pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
@@ -104,8 +104,8 @@ def test_a_tiled_decode_row_in_a_mixed_step_is_charged_in_the_pieces() -> None:
     decode_ops = {}
     for batch in (decode_only, mixed):  # the pure-decode piece is cached first
         m = model.microbatches(batch)
-        split = [op for piece in pieces.of(0, batch, m) for op in piece]
-        assert split == pieces._build(pieces.groups[0], batch, m)
+        split = tuple(op for piece in pieces.of(0, batch, m) for op in piece)
+        assert split == pieces._build(0, batch, m)
         decode_ops[batch.prefill_tokens] = next(op for op in split if op.name == "attn_decode")
     # the 64-row tiles: 64x the decode rows' attention FLOPs per context token, same bytes
     assert decode_ops[512].f1 == 64 * decode_ops[0].f1

@@ -10,6 +10,7 @@ the replica's context, so a pure-decode stretch keeps its closed form.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.op import ACT_BYTES, Op
@@ -37,9 +38,10 @@ class AttentionRates:
     mixed_decode_rows: float = 1.0
 
 
-@dataclass(frozen=True)
-class _Shares:
-    """One device's part of the batch: a micro-batch's share, and with DP attention a rank's."""
+class _Shares(NamedTuple):
+    """One device's part of the batch: a micro-batch's share, and with DP attention a rank's.
+    (A named tuple: built on every new step shape, where a frozen dataclass's field-by-field
+    ``__init__`` costs several times as much.)"""
 
     prefill: float
     decode_seqs: float

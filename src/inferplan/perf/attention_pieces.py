@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from inferplan.perf.attention_ops import AttentionRates, attention_ops
 from inferplan.perf.batch import StepBatch
+from inferplan.perf.bounded_cache import keep
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.op import Op
 from inferplan.perf.sparse_attention import read_window
@@ -53,6 +54,7 @@ class AttentionPieces:
     def __init__(self, groups: tuple[AttentionLayers, ...], gpu: GpuSpec, eff: Efficiency) -> None:
         self.groups, self.gpu, self.eff = groups, gpu, eff
         self.windows = tuple(read_window(g.attention) for g in groups)
+        self._rates = tuple(_rates(g.attention, gpu, eff) for g in groups)
         self._joint = tuple(
             g.attention.kind == "linear" or g.attention.indexer is not None for g in groups
         )
@@ -92,23 +94,29 @@ class AttentionPieces:
         three kinds of key differ in length), built from ``batch`` on a miss."""
         cached = self._cache.get(key)
         if cached is None:
-            if len(self._cache) >= CACHE_SIZE:
-                self._cache.clear()
-            cached = self._cache[key] = tuple(self._build(self.groups[int(key[0])], batch, m))
+            cached = keep(self._cache, key, self._build(int(key[0]), batch, m), CACHE_SIZE)
         return cached
 
-    def _build(self, layers: AttentionLayers, batch: StepBatch, m: int) -> list[Op]:
-        """Attention on one device: its micro-batch's share of the batch (and, with DP
-        attention, its rank's share); decode terms stay linear in the replica's context.
-        Softmax attention runs at the part's ``attention_prefill_speedup`` over its family (its
-        exponentials), a linear-attention layer has no softmax."""
-        att, gpu, eff = layers.attention, self.gpu, self.eff
-        softmax = gpu.attention_prefill_speedup if att.kind != "linear" else 1.0
-        rates = AttentionRates(
-            gpu.peak("bf16") * eff.attention_compute * softmax,
-            gpu.memory_bandwidth_bytes_s * eff.attention_memory,
-            gpu.peak("fp8") * eff.attention_compute,
-            eff.mixed_decode_rows,
-        )
+    def _build(self, i: int, batch: StepBatch, m: int) -> Piece:
+        """Group ``i``'s attention on one device: its micro-batch's share of the batch (and,
+        with DP attention, its rank's share); decode terms stay linear in the replica's
+        context."""
+        layers = self.groups[i]
         shape = (layers.tp, m, layers.dpa)
-        return attention_ops(att, layers.count, batch, shape, layers.kv_bytes, rates)
+        ops = attention_ops(
+            layers.attention, layers.count, batch, shape, layers.kv_bytes, self._rates[i]
+        )
+        return tuple(ops)
+
+
+def _rates(att: AttentionSpec, gpu: GpuSpec, eff: Efficiency) -> AttentionRates:
+    """What one device sustains for ``att``: softmax attention runs at the part's
+    ``attention_prefill_speedup`` over its family (its exponentials), a linear-attention layer
+    has no softmax."""
+    softmax = gpu.attention_prefill_speedup if att.kind != "linear" else 1.0
+    return AttentionRates(
+        gpu.peak("bf16") * eff.attention_compute * softmax,
+        gpu.memory_bandwidth_bytes_s * eff.attention_memory,
+        gpu.peak("fp8") * eff.attention_compute,
+        eff.mixed_decode_rows,
+    )

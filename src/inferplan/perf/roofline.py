@@ -21,13 +21,13 @@ has every formula and its sources.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
 from inferplan.memory.weights import WeightFormats, attention_rank_params
 from inferplan.perf.attention_pieces import AttentionLayers, AttentionPieces, Piece
 from inferplan.perf.batch import StepBatch, StepTime, window_range
+from inferplan.perf.bounded_cache import keep
 from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
@@ -44,10 +44,8 @@ from inferplan.specs.parallel import Parallelism, stage_layer_counts
 from inferplan.specs.params import expert_params, ffn_matrices
 from inferplan.specs.topology import Topology, topology_for
 
+# Entries each of the model's caches (lines, operators, pieces) holds before it starts over.
 LINE_CACHE_SIZE = 4096
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -124,8 +122,8 @@ class RooflineModel:
     # ---- the StepTimeModel protocol ---------------------------------------------------------
 
     def step_time(self, batch: StepBatch) -> StepTime:
-        ops, fixed = self._ops(batch)
-        return self._evaluate(ops, fixed, batch, float(batch.decode_context_tokens))
+        pieces, fixed = self._pieces(batch)
+        return self._evaluate(pieces, fixed, batch, float(batch.decode_context_tokens))
 
     def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
         """``(a, b, limit)``: a pure decode step of ``num_seqs`` sequences attending to ``C``
@@ -137,9 +135,7 @@ class RooflineModel:
         if cached is not None and cached[2] <= context_tokens < cached[3]:
             return cached[0], cached[1], cached[3]
         a, b, lower, limit = self._decode_line(num_seqs, context_tokens)
-        if len(self._lines) >= LINE_CACHE_SIZE:
-            self._lines.clear()
-        self._lines[num_seqs] = (a, b, lower, limit)
+        keep(self._lines, num_seqs, (a, b, lower, limit), LINE_CACHE_SIZE)
         return a, b, limit
 
     def batch_line(self, batch: StepBatch) -> tuple[float, float, float]:
@@ -244,10 +240,7 @@ class RooflineModel:
             count,
             per_stage,
         )
-        if len(self._gemm_ops) >= LINE_CACHE_SIZE:
-            self._gemm_ops.clear()
-        self._gemm_ops[key] = op
-        return op
+        return keep(self._gemm_ops, key, op, LINE_CACHE_SIZE)
 
     def _ops(self, batch: StepBatch) -> tuple[list[Op], dict[str, float]]:
         """One device's operators, in the order their times add (``_pieces`` flattened)."""
@@ -273,7 +266,7 @@ class RooflineModel:
         head = self._head_pieces.get(logits)
         if head is None:  # the LM head runs on the last stage only, once per micro-batch
             lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
-            head = self._keep(self._head_pieces, logits, (lm_head,))
+            head = keep(self._head_pieces, logits, (lm_head,), LINE_CACHE_SIZE)
         pieces.append(head)
         return pieces, {"communication": comm, "overhead": self._overhead(batch, eager)}
 
@@ -307,15 +300,7 @@ class RooflineModel:
                 group.count,
             )
             around.append((proj, (*ffn_ops, elementwise)))
-        return self._keep(self._token_parts, key, (tuple(around), comm))
-
-    @staticmethod
-    def _keep(cache: dict[K, V], key: K, value: V) -> V:
-        """``value`` stored in ``cache`` (cleared first when full)."""
-        if len(cache) >= LINE_CACHE_SIZE:
-            cache.clear()
-        cache[key] = value
-        return value
+        return keep(self._token_parts, key, (tuple(around), comm), LINE_CACHE_SIZE)
 
     def _attn_allreduce(self, tokens: float) -> float:
         return allreduce_s(
@@ -374,10 +359,9 @@ class RooflineModel:
         key = (id(ffn), max(1, round(tokens)), count)
         cached = self._expert_ops.get(key)
         if cached is None:
-            if len(self._expert_ops) >= LINE_CACHE_SIZE:
-                self._expert_ops.clear()
-            cached = self._expert_rank_op(ffn, key[1], count)
-            self._expert_ops[key] = cached
+            cached = keep(
+                self._expert_ops, key, self._expert_rank_op(ffn, key[1], count), LINE_CACHE_SIZE
+            )
         return cached
 
     def _expert_rank_terms(self, ffn: FfnSpec, tokens: float) -> dict[str, np.ndarray]:
@@ -431,24 +415,33 @@ class RooflineModel:
     # ---- evaluation -------------------------------------------------------------------------
 
     def _evaluate(
-        self, ops: list[Op], fixed: dict[str, float], batch: StepBatch, context: float
+        self, pieces: list[Piece], fixed: dict[str, float], batch: StepBatch, context: float
     ) -> StepTime:
+        """The step's time: each operator's larger term added to its bound's sum in order (the
+        same floats ``perf/step_seconds.py``'s plans add), then the fixed costs."""
         m = self.microbatches(batch)
         factor = self.pipeline_factor(batch)
-        bounds = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
+        compute_s = memory_s = 0.0
         by_op: dict[str, float] = {}
-        for op in ops:
-            compute, memory = op.terms(context / m)
-            times = factor if op.per_stage else m
-            if compute >= memory:
-                bounds["compute"] += compute * times
-            else:
-                bounds["memory"] += memory * times
-            by_op[op.name] = by_op.get(op.name, 0.0) + max(compute, memory) * times
-        bounds["communication"] = fixed["communication"] * factor + self.pipeline_sends(batch)
-        gpu_s = bounds["compute"] + bounds["memory"] + bounds["communication"]
+        for piece in pieces:
+            for op in piece:
+                compute, memory = op.terms(context / m)
+                times = factor if op.per_stage else m
+                if compute >= memory:
+                    seconds = compute * times
+                    compute_s += seconds
+                else:
+                    seconds = memory * times
+                    memory_s += seconds
+                by_op[op.name] = by_op.get(op.name, 0.0) + seconds
+        communication_s = fixed["communication"] * factor + self.pipeline_sends(batch)
+        gpu_s = compute_s + memory_s + communication_s
         host = host_s(self.eff, batch, self.par.attention_dp)
         hidden = hidden_host_s(host, self.eff.host_overlap, gpu_s)
-        bounds["overhead"] = fixed["overhead"] * factor - hidden
-        total = sum(bounds.values())
-        return StepTime(total, bounds, by_op)
+        bounds = {
+            "compute": compute_s,
+            "memory": memory_s,
+            "communication": communication_s,
+            "overhead": fixed["overhead"] * factor - hidden,
+        }
+        return StepTime(sum(bounds.values()), bounds, by_op)

@@ -24,10 +24,9 @@ directly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from inferplan.perf.attention_pieces import Piece, is_saturated
 from inferplan.perf.batch import StepBatch
+from inferplan.perf.bounded_cache import keep
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -40,14 +39,11 @@ PLAN_CACHE_SIZE = 16384  # plans kept before the cache starts over (a plan is ~2
 _Term = tuple[bool, float, float, float, float, float, float, float, float]
 
 
-@dataclass(frozen=True)
-class _Plan:
-    microbatches: int
-    terms: tuple[_Term, ...]
-    communication_s: float
-    overhead_s: float
-    host_s: float  # host work per step, of which ``host_overlap`` hides behind the GPU's
-    host_overlap: float
+# A step shape's plan: (micro-batches, terms, communication seconds, overhead seconds, host
+# seconds per step, the share of them that can hide behind the GPU's work: ``host_overlap``).
+# A plain tuple: built for every new shape and unpacked at once on every call, where a
+# dataclass costs more to build and a named tuple more to read.
+_Plan = tuple[int, tuple[_Term, ...], float, float, float, float]
 
 
 class StepSeconds:
@@ -120,9 +116,10 @@ class StepSeconds:
             if roofline is None:
                 return self.model.step_time(batch).total_s
             plan = self._compile(roofline, batch, key)
-        context = float(decode_context_tokens) / plan.microbatches
+        microbatches, terms, communication_s, overhead_s, host, host_overlap = plan
+        context = float(decode_context_tokens) / microbatches
         compute = memory = 0.0
-        for is_affine, v0, v1, v2, v3, v4, v5, count, times in plan.terms:
+        for is_affine, v0, v1, v2, v3, v4, v5, count, times in terms:
             if not is_affine:
                 if v1:
                     compute += v0
@@ -135,23 +132,22 @@ class StepSeconds:
                 compute += compute_s * times
             else:
                 memory += memory_s * times
-        gpu_s = compute + memory + plan.communication_s
-        overhead_s = plan.overhead_s - hidden_host_s(plan.host_s, plan.host_overlap, gpu_s)
-        return compute + memory + plan.communication_s + overhead_s
+        if host_overlap:  # without an overlap nothing hides: ``hidden_host_s`` would be 0.0
+            gpu_s = compute + memory + communication_s
+            overhead_s -= hidden_host_s(host, host_overlap, gpu_s)
+        return compute + memory + communication_s + overhead_s
 
     def _compile(self, model: RooflineModel, batch: StepBatch, key: tuple[float, ...]) -> _Plan:
         """The batch's operators as a plan, cached under ``key`` (its shape). The model hands
         its operators over in pieces it keeps cached (``RooflineModel._pieces``), so a new
         shape mostly joins the terms of pieces met before."""
-        if len(self._plans) >= PLAN_CACHE_SIZE:
-            self._plans.clear()
         pieces, fixed = model._pieces(batch)
         m = model.microbatches(batch)
         factor = model.pipeline_factor(batch)
         terms: list[_Term] = []
         for piece in pieces:
             terms += self._piece_terms(piece, m, factor)
-        plan = _Plan(
+        plan = (
             m,
             tuple(terms),
             fixed["communication"] * factor + model.pipeline_sends(batch),
@@ -159,8 +155,7 @@ class StepSeconds:
             host_s(model.eff, batch, model.par.attention_dp),
             model.eff.host_overlap,
         )
-        self._plans[key] = plan
-        return plan
+        return keep(self._plans, key, plan, PLAN_CACHE_SIZE)
 
     def _piece_terms(self, piece: Piece, m: int, factor: float) -> tuple[_Term, ...]:
         """The terms of one piece's operators at ``m`` micro-batches, cached by the piece's
@@ -182,7 +177,4 @@ class StepSeconds:
                 terms.append(
                     (True, op.f0, op.f1, op.flops_s, op.b0, op.b1, op.bytes_s, op.count, times)
                 )
-        if len(self._terms) >= PLAN_CACHE_SIZE:
-            self._terms.clear()
-        self._terms[key] = (piece, tuple(terms))
-        return self._terms[key][1]
+        return keep(self._terms, key, (piece, tuple(terms)), PLAN_CACHE_SIZE)[1]
