@@ -27,6 +27,7 @@ import numpy as np
 
 from inferplan.engine.admission import AdmissionConfig, AdmissionLedger
 from inferplan.engine.chain import preemption_chain
+from inferplan.engine.implicit_step import joined_admission_step
 from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
@@ -125,6 +126,9 @@ class Simulation:
         speculate(self.replicas, model, cfg.speculative, cfg.max_model_len)
         for replica in self.replicas:
             replica.is_plain = self._is_plain(replica)
+            # Its pool cache, KV tiers and admission policy are set: the waiting pass's form
+            # is decided once, not per admission.
+            replica.scheduler.settle_admission_path()
         self.next_request = 0
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
@@ -341,8 +345,11 @@ class Simulation:
         checks that cannot apply left out."""
         stretches = replica.stretches
         if not stretches.can_stretch():
-            if not self._doomed_cycles(replica, next_arrival_s):
-                replica.step()
+            # The usual answer below capacity: the queue head joins, so the step admits it
+            # beside the decoders (``joined_admission_step``: ``Replica.step``'s own, at once).
+            if joined_admission_step(replica) or self._doomed_cycles(replica, next_arrival_s):
+                return
+            replica.step()
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)

@@ -49,22 +49,24 @@ class DecodeStretches:
         )
         # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
         # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
-        self._base_join = cls.head_can_join is Scheduler.head_can_join
+        self.base_join = cls.head_can_join is Scheduler.head_can_join
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
         own admission test says so)."""
         r = self.replica
+        scheduler = r.scheduler
+        # Set by vLLM v1's ``head_can_join`` only (its subclasses' too): not None only where
+        # this call asked it (``implicit_step.joined_admission_step`` relies on that).
+        scheduler.joins = None
         n = r.running._size
         if n == 0 or n > r.cfg.max_num_batched_tokens:
             return False
         decoding = r._decoding  # ``is_decoding``, its cached answer without the call
         if not (r.is_decoding() if decoding is None else decoding):
             return False
-        scheduler = r.scheduler
-        scheduler.joins = None  # set by vLLM v1's ``head_can_join`` only (its subclasses' too)
         self.asked_at = (r.num_steps, r.now)
-        if self._base_join and not (r.swapped or r.waiting.tokens):
+        if self.base_join and not (r.swapped or r.waiting.tokens):
             return True  # ``Scheduler.head_can_join``'s first test: nothing can join
         return not scheduler.head_can_join()
 
