@@ -194,6 +194,13 @@ class Scheduler:
             self.pool.free_blocks += held  # nothing to evict
             return
         pool = self.pool
+        if self.admission_path == OWN and computed is not None:  # own blocks, in one call
+            pool.free_blocks = free = pool.free_blocks + held  # nothing is shared
+            entries = computed // (cache.entry_kv_blocks * pool.block_size)
+            cache.release_computed(rid, entries)  # type: ignore[attr-defined]  # ``OWN``
+            if cache.lru_blocks > free:
+                cache.evict_to(free)
+            return
         if cache.covers_output and computed is not None:
             cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
         # ``BlockPool.free``'s setter, inline: evicts what no longer fits

@@ -130,6 +130,7 @@ class Simulation:
             # is decided once, not per admission.
             replica.scheduler.settle_admission_path()
         self.next_request = 0
+        self._num_requests = workload.num_requests  # read per arrival: without its property
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
@@ -140,6 +141,8 @@ class Simulation:
         self._clocks = [math.inf] * len(self.replicas)
         # Whether each request passes the server's checks at arrival (a list: read per arrival).
         self._routed_at_arrival: list[bool] = self._is_routed_at_arrival().tolist()
+        # Whether ``_arrive`` may route without ``_route``'s call (round robin, this class's own).
+        self._round_robin = cfg.router == "round_robin" and type(self)._route is Simulation._route
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
         self._chains = self._chains_apply()
@@ -191,7 +194,7 @@ class Simulation:
     def _next_arrival_s(self) -> float:
         """When the next request reaches the server: its send time, or with a client
         concurrency limit, the moment a slot frees if every slot was taken at its send time."""
-        if self.next_request >= self.workload.num_requests:
+        if self.next_request >= self._num_requests:
             return math.inf
         sent = self._arrival_s[self.next_request]
         limit = self.cfg.max_concurrency
@@ -218,13 +221,18 @@ class Simulation:
             self.num_done += 1
             return
         self.in_flight += 1
-        replica = self.replicas[self._route(rid)]
+        if self._round_robin:  # ``_route`` of round robin, without its calls
+            index = self.num_routed % len(self.replicas)
+            self.num_routed += 1
+        else:
+            index = self._route(rid)
+        replica = self.replicas[index]
         if self.own_arrivals is not None:
-            self.own_arrivals.note_routed(rid, replica.index)
+            self.own_arrivals.note_routed(rid, index)
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
-        self._note_clock(replica)
+        self._clocks[index] = replica.now  # ``_note_clock``: it has work now
 
     def _route(self, rid: int) -> int:
         """The replica for request ``rid``: the router over every replica (class pools route
@@ -246,7 +254,10 @@ class Simulation:
             steps, now = replica.num_steps, replica.now
             advance(replica, next_arrival_s)
             after_arrival, arrived = arrived, False
-            if not self._fuse_advances or not replica.has_work:
+            if not self._fuse_advances:
+                return
+            # ``has_work``, its usual yes without the call
+            if not (replica.running._size or replica.waiting.tokens or replica.has_work):
                 return
             if replica.on_finish:
                 if collects is None:
