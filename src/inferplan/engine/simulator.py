@@ -146,8 +146,10 @@ class Simulation:
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
         self._chains = self._chains_apply()
-        # Set by ``run``: how a fused advance reports the finishes it collects (``_advance``).
-        self._collects_finishes: Callable[[int], None] | None = None
+        # Set by ``run``: whether a fused advance collects finishes itself (``_advance``), and
+        # the progress callback it reports them to.
+        self._collects_finishes = False
+        self._on_progress: Callable[[int], None] | None = None
 
     def _is_plain(self, replica: Replica) -> bool:
         """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
@@ -247,7 +249,7 @@ class Simulation:
         (``_fuses_advances``). Finishes are collected, and arrivals that come due routed, here
         as the loop does it, where nothing else in the loop reads them (``run``: no client
         concurrency limit and no per-advance check)."""
-        collects, arrived = self._collects_finishes, False
+        collects, on_progress, arrived = self._collects_finishes, self._on_progress, False
         # ``_advance_once``'s choice, made once: a plain replica stays plain
         advance = self._advance_plain if replica.is_plain else self._advance_once
         while True:
@@ -259,16 +261,23 @@ class Simulation:
             # ``has_work``, its usual yes without the call
             if not (replica.running._size or replica.waiting.tokens or replica.has_work):
                 return
-            if replica.on_finish:
-                if collects is None:
+            finished = replica.on_finish
+            if finished:
+                if not collects:
                     return
-                collects(self._collect(replica))
+                # ``_collect`` without its call (this class's own, no client limit: ``run``)
+                done = len(finished)
+                self.in_flight -= done
+                self.num_done += done
+                finished.clear()
+                if on_progress is not None:
+                    on_progress(done)
             if replica.num_steps == steps and replica.now == now:
                 if after_arrival and not len(replica.running) and len(replica.waiting):
                     self._stuck(replica)  # the loop's test of the advance after an arrival
                 return  # no progress: the loop says why (``_stuck``)
             if next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):  # ``same_time_s``
-                if collects is None:
+                if not collects:
                     return  # the loop sees the arrival first
                 # The loop would route the arrivals now due to this replica and pick it again:
                 # the same ``_arrive`` here (``_fuses_advances``: the class's own client).
@@ -276,8 +285,8 @@ class Simulation:
                 while next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):
                     self._arrive(next_arrival_s)
                     next_arrival_s = self._next_arrival_s()
-                if self.num_done > before:
-                    collects(self.num_done - before)
+                if on_progress is not None and self.num_done > before:
+                    on_progress(self.num_done - before)
                 arrived = True
 
     def _fuses_advances(self) -> bool:
@@ -425,14 +434,8 @@ class Simulation:
         # A fused advance may collect finishes itself where the loop would only collect them
         # and move on: no client concurrency limit (its next send waits for finishes) and no
         # per-advance ``check``.
-        self._collects_finishes = None
-        if self.cfg.max_concurrency is None and check is None:
-
-            def collected(done: int) -> None:
-                if on_progress and done:
-                    on_progress(done)
-
-            self._collects_finishes = collected
+        self._collects_finishes = self.cfg.max_concurrency is None and check is None
+        self._on_progress = on_progress
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()

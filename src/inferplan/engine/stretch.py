@@ -102,13 +102,20 @@ class DecodeStretches:
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
-            k = _steps_before(next_arrival_s - r.now, a, b, context, n, k)
+            window = next_arrival_s - r.now
+            # ``_steps_before``'s usual answer (a stretch cut by a finish) without its call
+            if not (
+                window > 0 and k > 0 and k * a + b * (k * context + n * k * (k - 1) / 2) < window
+            ):
+                k = _steps_before(window, a, b, context, n, k)
         if not self._every_step:
             block_end = r.scheduler.steps_to_scheduling_point()
             if block_end is not None:
                 k = min(k, block_end)
         pool = r.pool
-        if pool.cache is not None:  # own blocks: on to the step that admits the head
+        # Own blocks: on to the step that admits the head (both forms give ``k`` with nothing
+        # queued, the usual stretch below capacity)
+        if pool.cache is not None and r.waiting.tokens:
             own = own_block_stretch_steps(r, k)
             k = min(k, self._steps_before_head_hit_shrinks(k) if own is None else own)
         if r.offload is not None and r.offload.evictable_blocks():
