@@ -194,10 +194,15 @@ class Scheduler:
             self.pool.free_blocks += held  # nothing to evict
             return
         pool = self.pool
-        if self.admission_path == OWN and computed is not None:  # own blocks, in one call
-            pool.free_blocks = free = pool.free_blocks + held  # nothing is shared
-            entries = computed // (cache.entry_kv_blocks * pool.block_size)
-            cache.release_computed(rid, entries)  # type: ignore[attr-defined]  # ``OWN``
+        # Own blocks (``OWN``: nothing shared): ``register`` and ``release`` in one call
+        if (
+            type(cache) is OwnBlocks
+            and self.admission_path == OWN
+            and cache.covers_output
+            and computed is not None
+        ):
+            pool.free_blocks = free = pool.free_blocks + held
+            cache.release_computed(rid, computed // (cache.entry_kv_blocks * pool.block_size))
             if cache.lru_blocks > free:
                 cache.evict_to(free)
             return
