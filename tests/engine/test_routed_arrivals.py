@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from inferplan.cluster.classpool_sim import ClassPoolSimulation
 from inferplan.cluster.classpools import ClassPools, PoolSpec, Repartition
+from inferplan.engine import simulator as simulator_module
+from inferplan.engine.replica import Replica
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
 from inferplan.engine.simulator import Simulation
 from native_mode import pure_only
@@ -80,7 +82,16 @@ def _loop_counts(case: Case, *, planned: bool) -> tuple[Counter[int], Counter[in
             step()
 
         replica.step = counted  # type: ignore[method-assign]
-    sim.run(check=lambda r: iterations.update([r.index]))
+    joined = simulator_module.joined_admission_step
+
+    def counted_joined(r: Replica) -> bool:  # a single step that skips ``Replica.step``
+        done = joined(r)
+        single_steps[r.index] += done
+        return done
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simulator_module, "joined_admission_step", counted_joined)
+        sim.run(check=lambda r: iterations.update([r.index]))
     return iterations, single_steps, sim
 
 

@@ -31,6 +31,25 @@ if TYPE_CHECKING:
 _ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = 0, 1, 2, 3, 4, 5, 6
 
 
+def joined_admission_step(r: Replica) -> bool:
+    """The step after ``can_stretch`` said no because the queue head joins the batch
+    (``Scheduler.joins``: its admission test's answer, asked at this clock): the vector step
+    with implicit rows at once, where ``Replica.step`` reaches it (nothing swapped out, no KV
+    tiers or admission policy, every row holding ``ceil(computed / B)`` blocks, and no doomed
+    cycle: the head's prompt fits the step's leftover budget, ``Simulation._doomed_cycles``'
+    first test), without the calls between. False, having done nothing, elsewhere, and where
+    the pool cannot give every row its block (the caller then takes the general path)."""
+    scheduler, run = r.scheduler, r.running
+    joins = scheduler.joins
+    if joins is None or r.swapped or r.offload is not None or scheduler.admission is not None:
+        return False
+    if not (r.vector_steps and scheduler.vector_step and r.stretches.base_join):
+        return False
+    if joins[1] > r.cfg.max_num_batched_tokens - run._size or not run.rows.block:
+        return False
+    return run.rows.holds_ceil() and implicit_decode_and_admit_step(r)
+
+
 def implicit_decode_and_admit_step(r: Replica) -> bool:
     """The vector step with implicit rows; False, having done nothing, when the pool cannot
     give every row its block (the general path runs the step)."""

@@ -42,11 +42,13 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.engine.own_admission import admit_own, own_head_fit
 from inferplan.engine.plain_admission import admit_plainly, plain_head_chunk
 from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.prefix_admission import map_cached, reload
 from inferplan.engine.running import RunningSet
 from inferplan.memory.blockpool import BlockPool
+from inferplan.memory.ownblocks import OwnBlocks
 from inferplan.metrics.records import RequestRecords
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ Swapped = deque[tuple[int, int, int, int]]  # id, computed, tokens, held blocks
 # The queue head's admission test's answer (``Scheduler._head_fit``): rid, tokens, budget,
 # available blocks, the prefix cache's cached-free blocks, chunk, prefix hit.
 HeadFit = tuple[int, int, int, int, int, int, int]
+# The waiting pass's and admission test's forms (``Scheduler.admission_path``): in block counts
+# (``plain_admission.py``), with own blocks (``own_admission.py``), or the general one.
+PLAIN, OWN, GENERAL = "plain", "own", "general"
 
 
 @dataclass
@@ -100,6 +105,10 @@ class Scheduler:
     # instead of asking again (``admit_waiting``), and None everywhere else.
     joins: HeadFit | None = None
     step_fit: HeadFit | None = None
+    # ``PLAIN``, ``OWN`` or ``GENERAL``, decided once where the replica's pool cache, KV tiers
+    # and admission policy are set (``settle_admission_path``, by ``Simulation``'s
+    # constructor); None: asked at every admission (a scheduler built or changed by hand).
+    admission_path: str | None = None
 
     def __init__(
         self,
@@ -184,9 +193,25 @@ class Scheduler:
         if cache is None:
             self.pool.free_blocks += held  # nothing to evict
             return
+        pool = self.pool
+        # Own blocks (``OWN``: nothing shared): ``register`` and ``release`` in one call
+        if (
+            type(cache) is OwnBlocks
+            and self.admission_path == OWN
+            and cache.covers_output
+            and computed is not None
+        ):
+            pool.free_blocks = free = pool.free_blocks + held
+            cache.release_computed(rid, computed // (cache.entry_kv_blocks * pool.block_size))
+            if cache.lru_blocks > free:
+                cache.evict_to(free)
+            return
         if cache.covers_output and computed is not None:
-            cache.register(rid, computed // (cache.entry_kv_blocks * self.pool.block_size))
-        self.pool.free = self.pool.free_blocks + held - cache.release(rid)
+            cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
+        # ``BlockPool.free``'s setter, inline: evicts what no longer fits
+        pool.free_blocks = free = pool.free_blocks + held - cache.release(rid)
+        if cache.lru_blocks > free:
+            cache.evict_to(free)
         if cache.covers_output and cache.window_entries is not None:
             cache.evict_to(self.pool.free_blocks)  # windowed parts just cached may not fit
 
@@ -264,11 +289,15 @@ class Scheduler:
             return True
         if not queued:
             return False
-        if self._admits_plainly():  # ``_head_fit`` in block counts (no prefix hit)
+        path = self.admission_path or self._admission_path()
+        if path == PLAIN:  # ``_head_fit`` in block counts (no prefix hit)
             rid, tokens = self.waiting.peek()
             chunk = plain_head_chunk(tokens, leftover, self.pool.block_size, available)
             self.joins = None if chunk is None else (rid, tokens, leftover, available, 0, chunk, 0)
             return chunk is not None
+        if path == OWN:  # ``_head_fit`` with own blocks, in one frame
+            self.joins = own_head_fit(self, leftover, available)
+            return self.joins is not None
         self.joins = self._head_fit(leftover, available)  # kept for the step that follows
         return self.joins is not None
 
@@ -287,8 +316,12 @@ class Scheduler:
         run, waiting, cache = self.running, self.waiting, self.pool.cache
         fit, self.step_fit = self.step_fit, None
         waiting.age(now)
-        if self._admits_plainly():  # ``_head_fit`` and ``admit_popped`` in block counts
+        path = self.admission_path or self._admission_path()
+        if path == PLAIN:  # ``_head_fit`` and ``admit_popped`` in block counts
             admit_plainly(self, budget, sched, now, fit)
+            return
+        if path == OWN:  # ``_head_fit`` and ``admit_popped`` with own blocks, in one frame
+            admit_own(self, budget, sched, now, fit)
             return
         max_num_seqs = self.cfg.max_num_seqs
         # ``len(waiting)`` and ``len(run)`` without their ``__len__`` calls
@@ -311,6 +344,32 @@ class Scheduler:
                 continue  # its KV comes back from a tier first
             sched.append(chunk)
             budget -= chunk
+
+    def settle_admission_path(self) -> None:
+        """Decide ``admission_path`` once: call where the pool's cache, the KV tiers and the
+        admission policy are set for good (``Simulation``'s constructor)."""
+        self.admission_path = None
+        self.admission_path = self._admission_path()
+
+    def _admission_path(self) -> str:
+        """The form of the waiting pass and the admission test (``admission_path``)."""
+        if self._admits_plainly():
+            return PLAIN
+        if self._admits_own():
+            return OWN
+        return GENERAL
+
+    def _admits_own(self) -> bool:
+        """vLLM v1's scheduler itself on a uniform pool whose prefix cache is own blocks
+        (``memory/ownblocks.py``), without KV tiers or admission policies: ``_head_fit`` and
+        ``admit_popped`` reduce to its run's counts (``own_admission.py``)."""
+        return (
+            type(self) is Scheduler
+            and type(self.pool.cache) is OwnBlocks
+            and self.offload is None
+            and self.admission is None
+            and self.pool.is_uniform
+        )
 
     def _admits_plainly(self) -> bool:
         """vLLM v1's scheduler itself on a uniform pool without a prefix cache, KV tiers or

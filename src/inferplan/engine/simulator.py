@@ -27,6 +27,7 @@ import numpy as np
 
 from inferplan.engine.admission import AdmissionConfig, AdmissionLedger
 from inferplan.engine.chain import preemption_chain
+from inferplan.engine.implicit_step import joined_admission_step
 from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
@@ -125,7 +126,11 @@ class Simulation:
         speculate(self.replicas, model, cfg.speculative, cfg.max_model_len)
         for replica in self.replicas:
             replica.is_plain = self._is_plain(replica)
+            # Its pool cache, KV tiers and admission policy are set: the waiting pass's form
+            # is decided once, not per admission.
+            replica.scheduler.settle_admission_path()
         self.next_request = 0
+        self._num_requests = workload.num_requests  # read per arrival: without its property
         self._arrival_s: list[float] = self.records.dispatch_s.tolist()
         self.in_flight = 0
         self.finish_times: list[float] = []  # sorted finish times (client concurrency limit)
@@ -136,11 +141,15 @@ class Simulation:
         self._clocks = [math.inf] * len(self.replicas)
         # Whether each request passes the server's checks at arrival (a list: read per arrival).
         self._routed_at_arrival: list[bool] = self._is_routed_at_arrival().tolist()
+        # Whether ``_arrive`` may route without ``_route``'s call (round robin, this class's own).
+        self._round_robin = cfg.router == "round_robin" and type(self)._route is Simulation._route
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
         self._chains = self._chains_apply()
-        # Set by ``run``: how a fused advance reports the finishes it collects (``_advance``).
-        self._collects_finishes: Callable[[int], None] | None = None
+        # Set by ``run``: whether a fused advance collects finishes itself (``_advance``), and
+        # the progress callback it reports them to.
+        self._collects_finishes = False
+        self._on_progress: Callable[[int], None] | None = None
 
     def _is_plain(self, replica: Replica) -> bool:
         """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
@@ -187,7 +196,7 @@ class Simulation:
     def _next_arrival_s(self) -> float:
         """When the next request reaches the server: its send time, or with a client
         concurrency limit, the moment a slot frees if every slot was taken at its send time."""
-        if self.next_request >= self.workload.num_requests:
+        if self.next_request >= self._num_requests:
             return math.inf
         sent = self._arrival_s[self.next_request]
         limit = self.cfg.max_concurrency
@@ -214,13 +223,18 @@ class Simulation:
             self.num_done += 1
             return
         self.in_flight += 1
-        replica = self.replicas[self._route(rid)]
+        if self._round_robin:  # ``_route`` of round robin, without its calls
+            index = self.num_routed % len(self.replicas)
+            self.num_routed += 1
+        else:
+            index = self._route(rid)
+        replica = self.replicas[index]
         if self.own_arrivals is not None:
-            self.own_arrivals.note_routed(rid, replica.index)
+            self.own_arrivals.note_routed(rid, index)
         if not replica.has_work:
             replica.now = max(replica.now, now)
         replica.add_request(rid)
-        self._note_clock(replica)
+        self._clocks[index] = replica.now  # ``_note_clock``: it has work now
 
     def _route(self, rid: int) -> int:
         """The replica for request ``rid``: the router over every replica (class pools route
@@ -235,25 +249,35 @@ class Simulation:
         (``_fuses_advances``). Finishes are collected, and arrivals that come due routed, here
         as the loop does it, where nothing else in the loop reads them (``run``: no client
         concurrency limit and no per-advance check)."""
-        collects, arrived = self._collects_finishes, False
+        collects, on_progress, arrived = self._collects_finishes, self._on_progress, False
         # ``_advance_once``'s choice, made once: a plain replica stays plain
         advance = self._advance_plain if replica.is_plain else self._advance_once
         while True:
             steps, now = replica.num_steps, replica.now
             advance(replica, next_arrival_s)
             after_arrival, arrived = arrived, False
-            if not self._fuse_advances or not replica.has_work:
+            if not self._fuse_advances:
                 return
-            if replica.on_finish:
-                if collects is None:
+            # ``has_work``, its usual yes without the call
+            if not (replica.running._size or replica.waiting.tokens or replica.has_work):
+                return
+            finished = replica.on_finish
+            if finished:
+                if not collects:
                     return
-                collects(self._collect(replica))
+                # ``_collect`` without its call (this class's own, no client limit: ``run``)
+                done = len(finished)
+                self.in_flight -= done
+                self.num_done += done
+                finished.clear()
+                if on_progress is not None:
+                    on_progress(done)
             if replica.num_steps == steps and replica.now == now:
                 if after_arrival and not len(replica.running) and len(replica.waiting):
                     self._stuck(replica)  # the loop's test of the advance after an arrival
                 return  # no progress: the loop says why (``_stuck``)
             if next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):  # ``same_time_s``
-                if collects is None:
+                if not collects:
                     return  # the loop sees the arrival first
                 # The loop would route the arrivals now due to this replica and pick it again:
                 # the same ``_arrive`` here (``_fuses_advances``: the class's own client).
@@ -261,8 +285,8 @@ class Simulation:
                 while next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):
                     self._arrive(next_arrival_s)
                     next_arrival_s = self._next_arrival_s()
-                if self.num_done > before:
-                    collects(self.num_done - before)
+                if on_progress is not None and self.num_done > before:
+                    on_progress(self.num_done - before)
                 arrived = True
 
     def _fuses_advances(self) -> bool:
@@ -341,8 +365,11 @@ class Simulation:
         checks that cannot apply left out."""
         stretches = replica.stretches
         if not stretches.can_stretch():
-            if not self._doomed_cycles(replica, next_arrival_s):
-                replica.step()
+            # The usual answer below capacity: the queue head joins, so the step admits it
+            # beside the decoders (``joined_admission_step``: ``Replica.step``'s own, at once).
+            if joined_admission_step(replica) or self._doomed_cycles(replica, next_arrival_s):
+                return
+            replica.step()
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
@@ -407,14 +434,8 @@ class Simulation:
         # A fused advance may collect finishes itself where the loop would only collect them
         # and move on: no client concurrency limit (its next send waits for finishes) and no
         # per-advance ``check``.
-        self._collects_finishes = None
-        if self.cfg.max_concurrency is None and check is None:
-
-            def collected(done: int) -> None:
-                if on_progress and done:
-                    on_progress(done)
-
-            self._collects_finishes = collected
+        self._collects_finishes = self.cfg.max_concurrency is None and check is None
+        self._on_progress = on_progress
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()

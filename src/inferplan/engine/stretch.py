@@ -49,22 +49,24 @@ class DecodeStretches:
         )
         # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
         # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
-        self._base_join = cls.head_can_join is Scheduler.head_can_join
+        self.base_join = cls.head_can_join is Scheduler.head_can_join
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
         own admission test says so)."""
         r = self.replica
+        scheduler = r.scheduler
+        # Set by vLLM v1's ``head_can_join`` only (its subclasses' too): not None only where
+        # this call asked it (``implicit_step.joined_admission_step`` relies on that).
+        scheduler.joins = None
         n = r.running._size
         if n == 0 or n > r.cfg.max_num_batched_tokens:
             return False
         decoding = r._decoding  # ``is_decoding``, its cached answer without the call
         if not (r.is_decoding() if decoding is None else decoding):
             return False
-        scheduler = r.scheduler
-        scheduler.joins = None  # set by vLLM v1's ``head_can_join`` only (its subclasses' too)
         self.asked_at = (r.num_steps, r.now)
-        if self._base_join and not (r.swapped or r.waiting.tokens):
+        if self.base_join and not (r.swapped or r.waiting.tokens):
             return True  # ``Scheduler.head_can_join``'s first test: nothing can join
         return not scheduler.head_can_join()
 
@@ -100,13 +102,20 @@ class DecodeStretches:
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
-            k = _steps_before(next_arrival_s - r.now, a, b, context, n, k)
+            window = next_arrival_s - r.now
+            # ``_steps_before``'s usual answer (a stretch cut by a finish) without its call
+            if not (
+                window > 0 and k > 0 and k * a + b * (k * context + n * k * (k - 1) / 2) < window
+            ):
+                k = _steps_before(window, a, b, context, n, k)
         if not self._every_step:
             block_end = r.scheduler.steps_to_scheduling_point()
             if block_end is not None:
                 k = min(k, block_end)
         pool = r.pool
-        if pool.cache is not None:  # own blocks: on to the step that admits the head
+        # Own blocks: on to the step that admits the head (both forms give ``k`` with nothing
+        # queued, the usual stretch below capacity)
+        if pool.cache is not None and r.waiting.tokens:
             own = own_block_stretch_steps(r, k)
             k = min(k, self._steps_before_head_hit_shrinks(k) if own is None else own)
         if r.offload is not None and r.offload.evictable_blocks():

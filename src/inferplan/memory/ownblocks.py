@@ -84,10 +84,18 @@ class OwnBlocks(PrefixCache):
         return runs
 
     def lookup(self, rid: int, max_entries: int) -> tuple[int, int]:
-        return min(self._runs_for(rid).get(rid, 0), max_entries), 0  # nobody maps its blocks
+        runs = self._runs
+        if rid not in runs:  # no run: no hit (``_runs_for`` without its call)
+            return 0, 0
+        if self.pending:
+            self._drop_pending()
+        return min(runs.get(rid, 0), max_entries), 0  # nobody maps its blocks
 
     def acquire(self, rid: int, entries: int) -> int:
-        cached = self._runs_for(rid).pop(rid, 0)
+        runs = self._runs
+        if rid in runs and self.pending:  # ``_runs_for`` without its call
+            self._drop_pending()
+        cached = runs.pop(rid, 0)
         # A lookup's cap is never below a run (module doc): a hit takes the whole run.
         assert entries == cached, "an own-block hit leaves part of its run cached"
         self.lru_blocks -= cached * self.entry_blocks
@@ -107,6 +115,22 @@ class OwnBlocks(PrefixCache):
             runs[rid] = entries  # at the back: the pending evictions take the front
             self.lru_blocks += entries * self.entry_blocks
         return 0  # nothing is shared: every block goes back to the pool
+
+    def release_computed(self, rid: int, entries: int) -> None:
+        """``register(rid, entries)`` then ``release(rid)`` in one call (a running request's
+        release: ``Scheduler.release_blocks``): its run is the larger of its registered
+        entries and ``entries`` (capped at what it can fill)."""
+        entries = min(entries, self.num_entries[rid])
+        registered = self.held.pop(rid, 0)
+        if registered > entries:
+            entries = registered
+        if entries:
+            runs = self._runs
+            if rid in runs and self.pending:  # ``_runs_for``
+                self._drop_pending()
+            assert rid not in runs, "a request freed twice"
+            runs[rid] = entries  # at the back: the pending evictions take the front
+            self.lru_blocks += entries * self.entry_blocks
 
     def hit_keys(self, rid: int, entries: int) -> set[int]:
         return {rid} if entries else set()  # its run: a hit is the whole run
