@@ -166,3 +166,41 @@ def test_batch_checks_as_the_histogram() -> None:
     batch.add(1e-3, 0.0)
     batch.add_arithmetic(1e-3, 1e-4, 0)
     assert batch.total_weight == 0.0 and batch.counts.sum() == 0.0
+
+
+@pytest.mark.parametrize("cls", [ItlHistogram, ItlLog, ItlBatch])
+def test_series_added_in_groups_equal_one_at_a_time(
+    cls: type[ItlHistogram], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``add_series`` (a preemption chain's segments, one call per chain) among single adds:
+    the same counts and moment floats as ``add_arithmetic`` of each series in order, groups
+    crossing ``BATCH`` and ``CHUNK``; a series of no steps or no weight is skipped."""
+    monkeypatch.setattr(itl_log, "BATCH", 97)
+    monkeypatch.setattr(itl_log, "CHUNK", 89)
+    adds = [(n, a) for n, a in _adds(7, 1500) if n != "add_many"]
+    adds[10] = ("add_arithmetic", (0.01, 1e-4, 0, 2.0))
+    adds[11] = ("add_arithmetic", (0.01, 1e-4, 4, 0.0))
+    hist, grouped = ItlHistogram(), cls()
+    for name, args in adds:
+        getattr(hist, name)(*args)
+    rng = random.Random(3)
+    at = 0
+    while at < len(adds):
+        name, args = adds[at]
+        size = rng.randint(1, 12)
+        group = [a for n, a in adds[at : at + size] if n == "add_arithmetic"]
+        if name == "add" or len(group) < size:  # a single add ends the group
+            getattr(grouped, name)(*args)
+            at += 1
+        else:
+            grouped.add_series(group)
+            at += size
+    if isinstance(grouped, ItlLog):
+        assert grouped.num_updates == len(adds) - 2  # the two skipped
+        rebuilt = ItlHistogram()
+        replay_into(rebuilt, grouped.counts, [grouped.rows()])
+        grouped = rebuilt
+    assert np.array_equal(grouped.counts, hist.counts)
+    assert astuple(grouped._settled()) == astuple(hist._settled())
+    with pytest.raises(ValueError):
+        cls().add_series([(1e-3, -1e-3, 5, 1.0)])

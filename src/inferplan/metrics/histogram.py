@@ -259,6 +259,12 @@ class ItlHistogram:
             )
         self._queue_update((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
 
+    def add_series(self, series: list[tuple[float, float, int, float]]) -> None:
+        """``add_arithmetic(first_s, step_s, num_steps, weight)`` of each entry, in order (a
+        preemption chain's segments, ``engine/chain.py``: one call per chain)."""
+        for first_s, step_s, num_steps, weight in series:
+            self.add_arithmetic(first_s, step_s, num_steps, weight)
+
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
         them)."""

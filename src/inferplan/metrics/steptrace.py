@@ -89,6 +89,12 @@ class StepTrace:
             self._max_blocks = used_blocks
         self.num_records += 1
 
+    def record_each(self, times_s: list[float], used_blocks: list[int]) -> None:
+        """``record`` of each ``(times_s[i], used_blocks[i])`` in order (a preemption chain's
+        few records, ``engine/chain.py``: one call per chain)."""
+        for now_s, blocks in zip(times_s, used_blocks, strict=True):
+            self.record(now_s, blocks)
+
     def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
         """``record`` of each ``(times_s[i], used_blocks[i])`` in order, in one call: the same
         state and the same floats (each segment's area is the same product, the running area

@@ -32,6 +32,15 @@ class StepTraceLog(StepTrace):
         if len(times) >= CHUNK:
             self.settle()
 
+    def record_each(self, times_s: list[float], used_blocks: list[int]) -> None:
+        if len(times_s) != len(used_blocks):
+            raise ValueError("StepTraceLog: as many times as block counts")
+        times = self._times_s
+        times.extend(times_s)
+        self._blocks.extend(used_blocks)
+        if len(times) >= CHUNK:
+            self.settle()
+
     def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
         self.settle()
         self._apply(times_s, used_blocks)
