@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.metrics.histogram import BinGrid, ItlHistogram, count_series_in_order
+from inferplan.metrics.histogram import BinGrid, ItlHistogram, bins_of, count_series_in_order
 from inferplan.metrics.moment_rows import WIDTH, apply_rows, pack
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
 from inferplan.metrics.series_bins import add_series_arrays
@@ -221,11 +221,11 @@ def bin_rows(counts: npt.NDArray[np.float64], grid: BinGrid, rows: npt.NDArray[n
     ``bisect_right``); exact in any order while every weight is an integer."""
     kind, edges = rows[:, 0], grid.edges
     one, series = rows[kind == ONE], rows[kind == ARITHMETIC]
-    bins = np.searchsorted(edges, one[:, 1], side="right")
+    bins = bins_of(grid, one[:, 1])
     counts += np.bincount(bins, weights=one[:, 2], minlength=len(counts))
     first, step, num, weight, last = (series[:, i] for i in range(1, 6))
-    first_bin = np.searchsorted(edges, first, side="right")
-    last_bin = np.searchsorted(edges, last, side="right")
+    first_bin = bins_of(grid, first)
+    last_bin = bins_of(grid, last)
     same = first_bin == last_bin
     counts += np.bincount(first_bin[same], weights=num[same] * weight[same], minlength=len(counts))
     rising = ~same & (step > 0.0)
