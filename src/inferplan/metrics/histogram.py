@@ -310,7 +310,8 @@ class ItlHistogram:
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
             return
-        if not np.all(values >= 0.0):
+        low_s = float(values.min())
+        if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
         self._note_weight(weight)
         bins = bins_of(self.grid, values)
@@ -320,7 +321,7 @@ class ItlHistogram:
         self._queue_update(
             (
                 MANY,
-                float(values.min()),
+                low_s,
                 float(values.max()),
                 math.fsum(values.tolist()) * weight,
                 float(values.size) * weight,
