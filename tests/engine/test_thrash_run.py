@@ -126,7 +126,7 @@ def test_lines_kept_across_calls_give_the_lines_made_afresh() -> None:
         fresh, shared = _cycles(np.random.default_rng(seed)), _cycles(np.random.default_rng(seed))
         n, chunk = 1 + seed % 2, 64  # few keys: the lines are met again at other contexts
         for c in (fresh, shared):
-            c.r.model, c.n, c.chunk = model, n, chunk  # type: ignore[misc]
+            c.r.model, c.n, c.chunk = model, n, chunk  # type: ignore[assignment]
             c.tokens = max(c.tokens, 3 * chunk)
         shared.lines = thrash.shared_lines(model, n, chunk)
         shared_from += len(shared.lines)
