@@ -204,3 +204,22 @@ def test_series_added_in_groups_equal_one_at_a_time(
     assert astuple(grouped._settled()) == astuple(hist._settled())
     with pytest.raises(ValueError):
         cls().add_series([(1e-3, -1e-3, 5, 1.0)])
+
+
+@pytest.mark.parametrize("small", [0, 1000])
+def test_batch_keeps_add_many_in_order_after_a_fractional_add(
+    small: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ItlBatch.add_many`` joins the batch (its bins kept beside it): after a fractional
+    single add still in the batch, its counts land after that add's, as the histogram's do
+    (float sums in another order would differ in the last bits)."""
+    monkeypatch.setattr(itl_log, "SMALL_BATCH", small)
+    rng = np.random.default_rng(8)
+    same = np.full(1, 0.0123)  # (0.1 + 0.1) + 7 is 7.2; (7 + 0.1) + 0.1 is not
+    adds: list[tuple[str, tuple]] = [("add_many", (rng.uniform(0.01, 0.02, 300), 3.0))]
+    adds += [("add", (0.0123, 0.1)), ("add", (0.0123, 0.1)), ("add_many", (same, 7.0))]
+    adds += [("add", (0.0123, 0.3))]
+    adds += [("add_arithmetic", (0.01, 1e-5, 50, 2.0)), ("add_many", (same, 1e-3))]
+    hist, batch = _batched(adds)
+    assert np.array_equal(batch.counts, hist.counts)
+    assert astuple(batch._settled()) == astuple(hist._settled())

@@ -307,28 +307,38 @@ class ItlHistogram:
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
         them)."""
+        many = self._many(durations_s, weight)
+        if many is not None:
+            self._count_many(many[1], weight)
+            self._queue_update(many[0])
+
+    def _many(
+        self, durations_s: npt.NDArray[np.float64], weight: float
+    ) -> tuple[Update, npt.NDArray[np.intp]] | None:
+        """``add_many``'s moment update and the durations' bins (None: no durations)."""
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
-            return
+            return None
         low_s = float(values.min())
         if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
-        self._note_weight(weight)
-        bins = bins_of(self.grid, values)
-        self._counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
         mean_s = float(values.mean())
         m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
-        self._queue_update(
-            (
-                MANY,
-                low_s,
-                float(values.max()),
-                math.fsum(values.tolist()) * weight,
-                float(values.size) * weight,
-                mean_s,
-                m2_s2,
-            )
+        update = (
+            MANY,
+            low_s,
+            float(values.max()),
+            math.fsum(values.tolist()) * weight,
+            float(values.size) * weight,
+            mean_s,
+            m2_s2,
         )
+        return update, bins_of(self.grid, values)
+
+    def _count_many(self, bins: npt.NDArray[np.intp], weight: float) -> None:
+        """``add_many``'s counts: ``weight`` per duration in its bin."""
+        self._note_weight(weight)
+        self._counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
 
     def _queue_update(self, update: Update) -> None:
         updates = self._updates

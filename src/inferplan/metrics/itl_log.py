@@ -28,7 +28,7 @@ import numpy.typing as npt
 from inferplan.metrics.histogram import BinGrid, ItlHistogram, bins_of, count_series_in_order
 from inferplan.metrics.moment_rows import WIDTH, apply_rows, pack
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
-from inferplan.metrics.series_bins import add_series_arrays
+from inferplan.metrics.series_bins import add_series_arrays, is_integral
 
 CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows (and binned)
 BATCH = 1 << 12  # ``ItlBatch``'s adds kept before they are counted and folded
@@ -167,6 +167,7 @@ class ItlBatch(QueuedAdds):
 
     def __init__(self, grid: BinGrid | None = None) -> None:
         super().__init__(grid, limit=BATCH)
+        self._many_bins: list[tuple[npt.NDArray[np.intp], float]] = []  # ``add_many``'s
 
     def _flush(self) -> None:
         self.apply_batch()
@@ -177,18 +178,25 @@ class ItlBatch(QueuedAdds):
         if not batch:
             return
         self._queue = []
+        many, self._many_bins = self._many_bins, []
+        many.reverse()  # popped in order by the replay below
         if len(batch) >= SMALL_BATCH and self._integral:
             rows = pack(batch)
-            if integral_rows(rows):
+            if integral_rows(rows) and all(is_integral(weight) for _, weight in many):
                 bin_rows(self._counts, self.grid, rows)
+                for bins, weight in many:  # integer sums: exact in any order
+                    self._count_many(bins, weight)
                 apply_rows(ItlHistogram._settled(self), rows)
                 return
         for update in batch:  # in order, through the histogram's own adds
             if update[0] == ONE:
                 ItlHistogram.add(self, update[1], update[2])
-            else:
+            elif update[0] == ARITHMETIC:
                 _, first_s, step_s, num_steps, weight, _ = update
                 ItlHistogram.add_arithmetic(self, first_s, step_s, int(num_steps), weight)
+            else:  # ``add_many``'s, its counts then its moments
+                self._count_many(*many.pop())
+                ItlHistogram._queue_update(self, update)
 
     @property
     def counts(self) -> npt.NDArray[np.float64]:
@@ -200,8 +208,15 @@ class ItlBatch(QueuedAdds):
         return super()._settled()
 
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
-        self.apply_batch()
-        super().add_many(durations_s, weight)
+        """``ItlHistogram.add_many``: the same checks; its moment update joins the batch in
+        order, its bins kept beside it until the batch is applied."""
+        many = self._many(durations_s, weight)
+        if many is not None:
+            queue = self._queue
+            queue.append(many[0])
+            self._many_bins.append((many[1], weight))
+            if len(queue) >= BATCH:
+                self.apply_batch()
 
     def merge(self, other: ItlHistogram) -> None:
         self.apply_batch()
