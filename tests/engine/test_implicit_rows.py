@@ -244,3 +244,56 @@ def test_finished_rows_from_the_known_rows_list() -> None:
     assert rows.fewest_left() == 0
     assert rows.finished_rows() == [1]
     assert np.flatnonzero(run.num_generated >= run.target).tolist() == [1]
+
+
+def _rows_state(run: RunningSet) -> dict[str, object]:
+    """Every scalar and list of the implicit rows (the ``gone`` dict's order included)."""
+    state = {k: v for k, v in vars(run.rows).items() if k not in ("run", "max_itl_s")}
+    state["gone_order"] = list(run.rows.gone.items())
+    return state
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=_operations(), cut=st.integers(0, 40))
+def test_the_tail_leaving_in_one_pass_equals_leaving_row_by_row(
+    case: tuple[int, list[tuple[str, int]]], cut: int
+) -> None:
+    """``RunningSet.drop_tail`` (``ImplicitRows.leave_tail``, a chain's victims) against
+    ``ImplicitRows.leave`` of each row from the last: every scalar, list and worst gap."""
+    block, ops = case
+    runs = []
+    for _ in range(2):
+        max_itl = np.full(_RECORDS, np.nan)
+        run = RunningSet(capacity=2, block_size=block, max_itl_s=max_itl)
+        clock, next_id = 0.0, 0
+        for op, arg in ops:
+            n = len(run)
+            if op == "append" and next_id < _RECORDS:
+                computed = arg * 3 + 1
+                run.append(
+                    next_id,
+                    computed,
+                    computed + 1,
+                    1 + arg % 3,
+                    5 + arg,
+                    -(-computed // block),
+                    clock,
+                )
+                next_id += 1
+            elif op == "decode" and n:
+                k = 1 + arg % 20
+                run.rows.decode(k, run.rows.crossings(k), n)
+                run.rows.itl_mark(0.5 + (arg % 7) / 8)
+                clock += 1.0
+                run.rows.emitted(clock)
+            elif op == "pop" and n:
+                run.pop(arg % n)
+        runs.append((run, max_itl))
+    (one, one_itl), (each, each_itl) = runs
+    size = cut % (len(one) + 1)
+    one.drop_tail(size)
+    for row in range(len(each) - 1, size - 1, -1):
+        each.rows.leave(row)
+    each._resize(size)
+    assert _rows_state(one) == _rows_state(each)
+    np.testing.assert_array_equal(one_itl, each_itl)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from inferplan.engine import thrash
 from inferplan.engine.simulator import same_time_s
 from inferplan.engine.thrash import _Cycles
 from inferplan.metrics.steptrace import StepTrace
@@ -64,7 +65,7 @@ def _cycles(rng: np.random.Generator) -> _Cycles:
     c.context = int(computed.sum()) + n
     c.steps_left = int(rng.integers(1, 3000))
     c.now, c.num_steps, c.durations = float(rng.random()), 0, []
-    c.num_cycles, c.recomputed, c.lines = 0, 0, {}
+    c.num_cycles, c.recomputed, c.lines = 0, 0, {}  # fresh per state (its model is too)
     # An arrival while the cycles would still run (steps take about 1-5 ms), or none.
     wait_s = float(rng.random()) * c.steps_left * 3e-3
     c.arrival = math.inf if rng.random() < 0.2 else c.now + wait_s  # type: ignore[attr-defined]
@@ -112,3 +113,25 @@ def test_runs_of_cycles_give_one_cycle_at_a_time_bit_for_bit() -> None:
                 break
         assert _state(together) == _state(alone), seed
     assert num_runs > 100
+
+
+@pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
+def test_lines_kept_across_calls_give_the_lines_made_afresh() -> None:
+    """``thrash.shared_lines``: states met one after another with one model (contexts that
+    fall as well as rise, the same ``n`` and chunk) take lines made for other calls only
+    where they hold, so every step is the one a fresh set of lines gives."""
+    model = _PiecewiseLines(50)
+    shared_from = 0
+    for seed in range(120):
+        fresh, shared = _cycles(np.random.default_rng(seed)), _cycles(np.random.default_rng(seed))
+        n, chunk = 1 + seed % 2, 64  # few keys: the lines are met again at other contexts
+        for c in (fresh, shared):
+            c.r.model, c.n, c.chunk = model, n, chunk  # type: ignore[assignment]
+            c.tokens = max(c.tokens, 3 * chunk)
+        shared.lines = thrash.shared_lines(model, n, chunk)
+        shared_from += len(shared.lines)
+        for c in (fresh, shared):
+            while c.next_cycle(c.arrival, same_time_s):  # type: ignore[attr-defined]
+                pass
+        assert _state(shared) == _state(fresh), seed
+    assert shared_from > 100  # lines were there to take

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inferplan.metrics import histogram
 from inferplan.metrics.histogram import (
     BIN_RELATIVE_WIDTH,
     ItlHistogram,
@@ -302,3 +303,28 @@ def test_queued_series_spanning_many_bins() -> None:
     bins = np.searchsorted(bin_grid().edges, np.concatenate(terms), side="right")
     expected = np.bincount(bins, np.concatenate(weights), minlength=len(histogram.counts))
     np.testing.assert_array_equal(histogram.counts, expected)
+
+
+@pytest.mark.parametrize("guess_from", [0, 384])
+def test_bins_guessed_from_the_logarithm_are_the_searched_bins(
+    guess_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bins_of`` (the vector adds' bins) against ``np.searchsorted`` over the edges: every
+    edge, the floats just below and above each, zero, the smallest float, infinity, durations
+    far outside the grid, and log-uniform durations over fourteen decades."""
+    monkeypatch.setattr(histogram, "GUESSED_BINS", guess_from)
+    grid = bin_grid()
+    edges = grid.edges
+    rng = np.random.default_rng(4)
+    cases = [
+        edges,
+        np.nextafter(edges, 0.0),
+        np.nextafter(edges, np.inf),
+        np.array([0.0, 5e-324, 1e-9, 1e4, 1e5, 1.7e308, np.inf]),
+        10.0 ** rng.uniform(-8.0, 6.0, 20_000),
+        rng.uniform(0.02, 0.03, 500),
+        np.empty(0),
+    ]
+    for durations in cases:
+        expected = np.searchsorted(edges, durations, side="right")
+        np.testing.assert_array_equal(histogram.bins_of(grid, durations), expected)

@@ -166,3 +166,60 @@ def test_batch_checks_as_the_histogram() -> None:
     batch.add(1e-3, 0.0)
     batch.add_arithmetic(1e-3, 1e-4, 0)
     assert batch.total_weight == 0.0 and batch.counts.sum() == 0.0
+
+
+@pytest.mark.parametrize("cls", [ItlHistogram, ItlLog, ItlBatch])
+def test_series_added_in_groups_equal_one_at_a_time(
+    cls: type[ItlHistogram], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``add_series`` (a preemption chain's segments, one call per chain) among single adds:
+    the same counts and moment floats as ``add_arithmetic`` of each series in order, groups
+    crossing ``BATCH`` and ``CHUNK``; a series of no steps or no weight is skipped."""
+    monkeypatch.setattr(itl_log, "BATCH", 97)
+    monkeypatch.setattr(itl_log, "CHUNK", 89)
+    adds = [(n, a) for n, a in _adds(7, 1500) if n != "add_many"]
+    adds[10] = ("add_arithmetic", (0.01, 1e-4, 0, 2.0))
+    adds[11] = ("add_arithmetic", (0.01, 1e-4, 4, 0.0))
+    hist, grouped = ItlHistogram(), cls()
+    for name, args in adds:
+        getattr(hist, name)(*args)
+    rng = random.Random(3)
+    at = 0
+    while at < len(adds):
+        name, args = adds[at]
+        size = rng.randint(1, 12)
+        group = [a for n, a in adds[at : at + size] if n == "add_arithmetic"]
+        if name == "add" or len(group) < size:  # a single add ends the group
+            getattr(grouped, name)(*args)
+            at += 1
+        else:
+            grouped.add_series(group)
+            at += size
+    if isinstance(grouped, ItlLog):
+        assert grouped.num_updates == len(adds) - 2  # the two skipped
+        rebuilt = ItlHistogram()
+        replay_into(rebuilt, grouped.counts, [grouped.rows()])
+        grouped = rebuilt
+    assert np.array_equal(grouped.counts, hist.counts)
+    assert astuple(grouped._settled()) == astuple(hist._settled())
+    with pytest.raises(ValueError):
+        cls().add_series([(1e-3, -1e-3, 5, 1.0)])
+
+
+@pytest.mark.parametrize("small", [0, 1000])
+def test_batch_keeps_add_many_in_order_after_a_fractional_add(
+    small: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ItlBatch.add_many`` joins the batch (its bins kept beside it): after a fractional
+    single add still in the batch, its counts land after that add's, as the histogram's do
+    (float sums in another order would differ in the last bits)."""
+    monkeypatch.setattr(itl_log, "SMALL_BATCH", small)
+    rng = np.random.default_rng(8)
+    same = np.full(1, 0.0123)  # (0.1 + 0.1) + 7 is 7.2; (7 + 0.1) + 0.1 is not
+    adds: list[tuple[str, tuple]] = [("add_many", (rng.uniform(0.01, 0.02, 300), 3.0))]
+    adds += [("add", (0.0123, 0.1)), ("add", (0.0123, 0.1)), ("add_many", (same, 7.0))]
+    adds += [("add", (0.0123, 0.3))]
+    adds += [("add_arithmetic", (0.01, 1e-5, 50, 2.0)), ("add_many", (same, 1e-3))]
+    hist, batch = _batched(adds)
+    assert np.array_equal(batch.counts, hist.counts)
+    assert astuple(batch._settled()) == astuple(hist._settled())

@@ -40,3 +40,34 @@ def test_a_first_batch_starts_the_trace_and_time_must_not_go_back() -> None:
     log.record(3.0, 1)
     with pytest.raises(ValueError):
         log.settle()
+
+
+@pytest.mark.parametrize("cls", [StepTrace, StepTraceLog])
+def test_records_in_groups_give_one_record_at_a_time(
+    cls: type[StepTrace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record_each`` (a preemption chain's segments, one call per chain) and small
+    ``record_many`` batches between single records: the same trace as one
+    ``StepTrace.record`` per pair, batches crossing ``CHUNK``."""
+    monkeypatch.setattr(trace_log, "CHUNK", 37)
+    rng = np.random.default_rng(2)
+    times = np.cumsum(rng.exponential(0.01, 1500)).tolist()
+    blocks = rng.integers(0, 900, 1500).tolist()
+    plain, grouped = StepTrace(1000, max_points=40), cls(1000, max_points=40)
+    for now, used in zip(times, blocks, strict=True):
+        plain.record(now, used)
+    at = 0
+    while at < len(times):
+        size = int(rng.integers(1, 9))
+        if size == 1:
+            grouped.record(times[at], blocks[at])
+        elif size == 2:  # kept with the single records by a log
+            grouped.record_many(np.array(times[at : at + 2]), np.array(blocks[at : at + 2]))
+        else:
+            grouped.record_each(times[at : at + size], blocks[at : at + size])
+        at += size
+    assert grouped.summary() == plain.summary()
+    assert grouped.num_records == 1500
+    with pytest.raises(ValueError):
+        grouped.record_each([times[-1] - 1.0], [3])
+        grouped.summary()  # a log sees time going back when it applies the record

@@ -24,7 +24,8 @@ chain's block arithmetic comes from the rows' state at its start, in closed form
 Everything that leaves a trace (the step-time lines, the arrival bound, the ITL histogram, the KV
 trace, the queue pushes, the victims' counts) is done per segment exactly as the stepwise code
 does it, with the same float expressions in the same order, so results are byte-identical; only
-the columns are written once, at the chain's end. It applies where ``preempting_decode_step``
+the columns are written once, at the chain's end, and the segments' ITL series and KV trace
+records are handed over there in one call each (the same updates in the same order). It applies where ``preempting_decode_step``
 would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue), recompute, a uniform
 pool without prefix caching (or with own blocks only: the cache's LRU list along the chain is
 ``engine/ownchain.py``'s, and a stretch ends before the step that admits the queue head,
@@ -128,6 +129,11 @@ class _Chain:
         self.victim_computed: list[int] = []
         self.victim_itl: list[float] = []
         self.finished = False
+        # The segments' KV trace records and ITL series, handed over once at ``_commit``
+        # (nothing else records into the replica's trace or histogram during the chain).
+        self.trace_times: list[float] = []
+        self.trace_blocks: list[int] = []
+        self.itl_series: list[tuple[float, float, int, float]] = []
         # Own blocks (``engine/ownchain.py``): the prefix cache's LRU list along the chain.
         self.own = OwnLru(r) if r.pool.cache is not None else None
 
@@ -261,15 +267,16 @@ class _Chain:
     def _segment(self, k: int, a: float, b: float, context: int) -> None:
         """``DecodeStretches.advance_decode`` of ``k`` steps, every row having emitted at
         ``now``: the KV trace, the ITL samples and the clock; the columns wait."""
-        r, n, j = self.r, self.p, self.j
+        n, j = self.p, self.j
         first = a + b * context
         step = b * n
         total = k * a + b * (k * context + n * k * (k - 1) / 2)
-        r.trace.record(self.now, self.outside + self.blocks.held(j - 1))
+        self.trace_times.append(self.now)
+        self.trace_blocks.append(self.outside + self.blocks.held(j - 1))
         last = first + (k - 1) * step
         if last > self.seg_max_itl:  # ``max``: the first of equals stays
             self.seg_max_itl = last
-        r.itl.add_arithmetic(first, step, k, float(n))
+        self.itl_series.append((first, step, k, float(n)))
         self.now += total
         self.finished = k >= self.left_prefix[n - 1] - j  # ``_left``
         self.j = j = j + k
@@ -281,6 +288,9 @@ class _Chain:
         gaps, the pool, the clock; then the finishes, as ``advance_decode`` does."""
         r, p, j = self.r, self.p, self.j
         run, rec = r.running, r.records
+        if self.trace_times:  # the segments' records, in order
+            r.trace.record_each(self.trace_times, self.trace_blocks)
+            r.itl.add_series(self.itl_series)
         if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
             ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
             rec.num_preemptions[ids] += 1

@@ -311,6 +311,32 @@ class ImplicitRows:
             self.time_rows -= 1
         self._write_itl(stored[_ID], stored[_ITL_FROM])
 
+    def leave_tail(self, size: int) -> None:
+        """Rows ``size ..`` are about to leave, the last first (``leave`` of each, their
+        columns read in one call): a chain's victims."""
+        tail = self.run._ints[:, size : self.run._size].tolist()
+        ids, computed, itl_from = tail[_ID], tail[_COMPUTED], tail[_ITL_FROM]
+        generated, target = tail[_GENERATED], tail[_TARGET]
+        block, lag, hist, gone = self.block, self.lag, self.hist, self.gone
+        known = self.known_rows
+        for i in range(len(ids) - 1, -1, -1):
+            row = size + i
+            if row < known:
+                c = computed[i]
+                self.computed_sum -= c
+                hist[c % block] -= 1
+                self.ceil_sum -= -(-(c + lag) // block)
+                key = target[i] - generated[i]
+                gone[key] = gone.get(key, 0) + 1
+                known -= 1
+            if row < self.held_rows:
+                self.held_rows -= 1
+            if row < self.time_rows:
+                self.time_rows -= 1
+            self._write_itl(ids[i], itl_from[i])
+        del self.left[known : self.known_rows]
+        self.known_rows = known
+
     # ---- the ITL log ------------------------------------------------------------------------
 
     def itl_mark(self, gap_s: float) -> None:

@@ -247,9 +247,8 @@ class RunningSet:
     def drop_tail(self, size: int) -> None:
         """Keep the first ``size`` rows as ``truncate`` does, with the implicit state kept
         (the rows leave from the tail, each dropped from the scalars and stale prefixes)."""
-        rows = self.rows
-        for row in range(self._size - 1, size - 1, -1):
-            rows.leave(row)
+        if size < self._size:
+            self.rows.leave_tail(size)
         self._resize(size)
 
     @property

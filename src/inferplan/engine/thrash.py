@@ -81,6 +81,27 @@ def _applies(r: Replica) -> bool:
     return bool(run.last_token_s.min() == r.now) and bool(run.last_token_s.max() == r.now)
 
 
+# A line per head chunk ``j`` for a model, ``n`` decoders and a chunk: ``(a, b, limit,
+# context)``, ``a + b * C`` for ``context <= C < limit`` (``batch_line``: the prefill chunk's
+# operators do not depend on ``C``, so the line is the same floats there). Kept across
+# ``doomed_cycles`` calls, which each met the same lines anew (a roofline pass each); bounded,
+# and keyed by the model's identity with the model kept, so an id is never reused.
+Line = tuple[float, float, float, int]
+_LINES: dict[tuple[int, int, int], tuple[object, dict[int, Line]]] = {}
+MAX_SHARED_LINES = 256  # ``(model, n, chunk)`` keys kept before the memo starts afresh
+
+
+def shared_lines(model: object, n: int, chunk: int) -> dict[int, Line]:
+    """The lines made so far for ``model``, ``n`` decoders and head chunks of ``chunk``."""
+    key = (id(model), n, chunk)
+    entry = _LINES.get(key)
+    if entry is None or entry[0] is not model:
+        if len(_LINES) >= MAX_SHARED_LINES:
+            _LINES.clear()
+        entry = _LINES[key] = (model, {})
+    return entry[1]
+
+
 class _Cycles:
     """The cycles' state as scalars: steps taken ``s``, the decoders' blocks ``held`` after
     them, the clock, and the head's tallies."""
@@ -103,7 +124,9 @@ class _Cycles:
         # Every step's time, in order, as the runs and cycles gave them (``all_durations``).
         self.durations: list[np.ndarray] = []
         self.num_cycles, self.recomputed = 0, 0
-        self.lines: dict[int, tuple[float, float, float]] = {}
+        # The step-time line of the head's chunk ``j`` beside the decoders, with the context
+        # it was made at: kept across calls for this model, ``n`` and chunk (``_step_s``).
+        self.lines = shared_lines(r.model, self.n, self.chunk)
 
     def _crossings(self, s: int) -> int:
         return self.by_offset[-s % self.block]
@@ -139,7 +162,7 @@ class _Cycles:
             a, b, _ = self.r.model.decode_line(self.n, context)
             return a + b * context
         line = self.lines.get(j)
-        if line is None or context >= line[2]:
+        if line is None or not line[3] <= context < line[2]:  # made for another context
             q, o = self.chunk, (j - 1) * self.chunk
             batch = StepBatch(
                 prefill_tokens=q,
@@ -149,7 +172,8 @@ class _Cycles:
                 num_decode_seqs=self.n,
                 decode_context_tokens=context,
             )
-            line = self.lines[j] = self.r.model.batch_line(batch)  # type: ignore[attr-defined]
+            a, b, limit = self.r.model.batch_line(batch)  # type: ignore[attr-defined]
+            line = self.lines[j] = (a, b, limit, context)
         return line[0] + line[1] * context
 
     def next_cycle(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:

@@ -54,6 +54,9 @@ class BinGrid:
 
     edges: npt.NDArray[np.float64]
     edges_list: tuple[float, ...]
+    padded_edges: npt.NDArray[np.float64]  # ``-inf``, the edges, nan (``bins_of``)
+    bins_per_decade: float  # edges per decade (``bins_of``'s guess)
+    log10_low: float  # ``log10(edges[0])`` (``bins_of``'s guess)
 
     @property
     def num_bins(self) -> int:
@@ -69,7 +72,43 @@ def bin_grid(
     num_edges = round(num_decades * bins_per_decade) + 1
     edges = low_s * np.power(10.0, np.arange(num_edges, dtype=np.float64) / bins_per_decade)
     edges.setflags(write=False)
-    return BinGrid(edges=edges, edges_list=tuple(edges.tolist()))
+    padded = np.concatenate(([-np.inf], edges, [np.nan]))  # nothing is below or at either
+    padded.setflags(write=False)
+    return BinGrid(
+        edges=edges,
+        edges_list=tuple(edges.tolist()),
+        padded_edges=padded,
+        bins_per_decade=float(bins_per_decade),
+        log10_low=math.log10(low_s),
+    )
+
+
+GUESSED_BINS = 384  # durations from which ``bins_of`` guesses (fewer: a binary search each)
+
+
+def bins_of(grid: BinGrid, durations_s: npt.NDArray[np.float64]) -> npt.NDArray[np.intp]:
+    """``np.searchsorted(grid.edges, durations_s, side="right")`` of durations ``>= 0``: each
+    bin guessed from the duration's logarithm (the edges are log-spaced), checked against the
+    two edges around it and nudged; a duration still unresolved after two nudges is searched.
+    The answer meets ``edges[b - 1] <= d < edges[b]``, which defines the searched one."""
+    if len(durations_s) < GUESSED_BINS:
+        return np.searchsorted(grid.edges, durations_s, side="right")
+    edges = grid.padded_edges  # ``-inf``, the edges, nan: bin ``b`` lies in ``[b, b + 1)``
+    num_edges = len(edges) - 2
+    with np.errstate(divide="ignore"):  # a zero duration: ``-inf``, clipped to bin 0
+        guess = (np.log10(durations_s) - grid.log10_low) * grid.bins_per_decade
+    bins = np.clip(guess + 1.0, 0.0, float(num_edges)).astype(np.intp)
+    for _ in range(2):
+        low = durations_s < edges[bins]
+        high = durations_s >= edges[bins + 1]
+        if not (low.any() or high.any()):
+            return bins
+        bins += high
+        bins -= low
+    wrong = (durations_s < edges[bins]) | (durations_s >= edges[bins + 1])
+    if wrong.any():
+        bins[wrong] = np.searchsorted(grid.edges, durations_s[wrong], side="right")
+    return bins
 
 
 def bin_index(grid: BinGrid, duration_s: float) -> int:
@@ -259,30 +298,47 @@ class ItlHistogram:
             )
         self._queue_update((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
 
+    def add_series(self, series: list[tuple[float, float, int, float]]) -> None:
+        """``add_arithmetic(first_s, step_s, num_steps, weight)`` of each entry, in order (a
+        preemption chain's segments, ``engine/chain.py``: one call per chain)."""
+        for first_s, step_s, num_steps, weight in series:
+            self.add_arithmetic(first_s, step_s, num_steps, weight)
+
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
         them)."""
+        many = self._many(durations_s, weight)
+        if many is not None:
+            self._count_many(many[1], weight)
+            self._queue_update(many[0])
+
+    def _many(
+        self, durations_s: npt.NDArray[np.float64], weight: float
+    ) -> tuple[Update, npt.NDArray[np.intp]] | None:
+        """``add_many``'s moment update and the durations' bins (None: no durations)."""
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
-            return
-        if not np.all(values >= 0.0):
+            return None
+        low_s = float(values.min())
+        if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
-        self._note_weight(weight)
-        bins = np.searchsorted(self.grid.edges, values, side="right")
-        self._counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
         mean_s = float(values.mean())
         m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
-        self._queue_update(
-            (
-                MANY,
-                float(values.min()),
-                float(values.max()),
-                math.fsum(values.tolist()) * weight,
-                float(values.size) * weight,
-                mean_s,
-                m2_s2,
-            )
+        update = (
+            MANY,
+            low_s,
+            float(values.max()),
+            math.fsum(values.tolist()) * weight,
+            float(values.size) * weight,
+            mean_s,
+            m2_s2,
         )
+        return update, bins_of(self.grid, values)
+
+    def _count_many(self, bins: npt.NDArray[np.intp], weight: float) -> None:
+        """``add_many``'s counts: ``weight`` per duration in its bin."""
+        self._note_weight(weight)
+        self._counts += np.bincount(bins, minlength=self.grid.num_bins).astype(np.float64) * weight
 
     def _queue_update(self, update: Update) -> None:
         updates = self._updates

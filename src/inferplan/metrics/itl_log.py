@@ -25,61 +25,92 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.metrics.histogram import BinGrid, ItlHistogram, count_series_in_order
+from inferplan.metrics.histogram import BinGrid, ItlHistogram, bins_of, count_series_in_order
 from inferplan.metrics.moment_rows import WIDTH, apply_rows, pack
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
-from inferplan.metrics.series_bins import add_series_arrays
+from inferplan.metrics.series_bins import add_series_arrays, is_integral
 
 CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows (and binned)
 BATCH = 1 << 12  # ``ItlBatch``'s adds kept before they are counted and folded
 
 
-class ItlLog(ItlHistogram):
-    """An ITL histogram whose moment updates are kept, in order, instead of applied."""
+class QueuedAdds(ItlHistogram):
+    """``ItlHistogram`` whose single durations and series are kept as update tuples, in call
+    order, and handed on ``limit`` at a time (``_flush``): ``ItlLog`` keeps them, ``ItlBatch``
+    counts and folds them. The adds make the same checks as ``ItlHistogram``'s."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._pending: list[Update] = []
-        self._packed: list[npt.NDArray[np.float64]] = []
-        self._num_packed = 0
+    def __init__(self, grid: BinGrid | None = None, *, limit: int) -> None:
+        super().__init__(grid)
+        self._queue: list[Update] = []
+        self._limit = limit
+
+    def _flush(self) -> None:
+        raise NotImplementedError
 
     def add(self, duration_s: float, weight: float = 1.0) -> None:
-        """``ItlHistogram.add``: the same checks; binned when its chunk is packed."""
+        """``ItlHistogram.add``: the same checks; counted when its queue is handed on."""
         if not duration_s >= 0.0:
             raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
         if weight <= 0.0:
             return
-        pending = self._pending
-        pending.append((ONE, duration_s, weight))
-        if len(pending) >= CHUNK:
-            self._pack()
+        queue = self._queue
+        queue.append((ONE, duration_s, weight))
+        if len(queue) >= self._limit:
+            self._flush()
 
     def add_arithmetic(
         self, first_s: float, step_s: float, num_steps: int, weight: float = 1.0
     ) -> None:
-        """``ItlHistogram.add_arithmetic``: the same checks; binned when its chunk is packed."""
+        """``ItlHistogram.add_arithmetic``: the same checks; counted when its queue is handed
+        on."""
         if num_steps <= 0 or weight <= 0.0:
             return
         last_s = first_s + (num_steps - 1) * step_s
         if not (first_s >= 0.0 and last_s >= 0.0):
             raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
-        pending = self._pending
-        pending.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
-        if len(pending) >= CHUNK:
-            self._pack()
+        queue = self._queue
+        queue.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
+        if len(queue) >= self._limit:
+            self._flush()
+
+    def add_series(self, series: list[tuple[float, float, int, float]]) -> None:
+        """``add_arithmetic`` of each entry, in order, in one call (a chain's segments): the
+        same checks, the same tuples queued."""
+        queue = self._queue
+        for first_s, step_s, num_steps, weight in series:
+            if num_steps <= 0 or weight <= 0.0:
+                continue
+            last_s = first_s + (num_steps - 1) * step_s
+            if not (first_s >= 0.0 and last_s >= 0.0):
+                raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
+            queue.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
+        if len(queue) >= self._limit:
+            self._flush()
+
+
+class ItlLog(QueuedAdds):
+    """An ITL histogram whose moment updates are kept, in order, instead of applied."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=CHUNK)
+        self._packed: list[npt.NDArray[np.float64]] = []
+        self._num_packed = 0
+
+    def _flush(self) -> None:
+        self._pack()
 
     def _queue_update(self, update: Update) -> None:  # ``add_many``'s (binned at its call)
-        self._pending.append(update)
-        if len(self._pending) >= CHUNK:
+        self._queue.append(update)
+        if len(self._queue) >= CHUNK:
             self._pack()
 
     def _pack(self) -> None:
-        if self._pending:
-            rows = pack(self._pending)
+        if self._queue:
+            rows = pack(self._queue)
             self._bin(rows)
             self._packed.append(rows)
-            self._num_packed += len(self._pending)
-            self._pending = []
+            self._num_packed += len(self._queue)
+            self._queue = []
 
     def _bin(self, rows: npt.NDArray[np.float64]) -> None:
         """Add the bins of the rows' single durations and series (``add_many``'s batches were
@@ -97,7 +128,7 @@ class ItlLog(ItlHistogram):
     @property
     def num_updates(self) -> int:
         """Updates kept so far."""
-        return self._num_packed + len(self._pending)
+        return self._num_packed + len(self._queue)
 
     def rows(self) -> npt.NDArray[np.float64]:
         """Every update kept, in order, one row each (``moment_rows.pack``)."""
@@ -121,7 +152,7 @@ class ItlLog(ItlHistogram):
 SMALL_BATCH = 64
 
 
-class ItlBatch(ItlHistogram):
+class ItlBatch(QueuedAdds):
     """``ItlHistogram`` whose single durations and series are kept as tuples and counted and
     folded ``BATCH`` at a time (the simulator's own histogram): the same counts and the same
     moment floats as adding each at its call.
@@ -135,53 +166,37 @@ class ItlBatch(ItlHistogram):
     histogram's updates."""
 
     def __init__(self, grid: BinGrid | None = None) -> None:
-        super().__init__(grid)
-        self._batch: list[Update] = []
+        super().__init__(grid, limit=BATCH)
+        self._many_bins: list[tuple[npt.NDArray[np.intp], float]] = []  # ``add_many``'s
 
-    def add(self, duration_s: float, weight: float = 1.0) -> None:
-        """``ItlHistogram.add``: the same checks; counted when its batch is applied."""
-        if not duration_s >= 0.0:
-            raise ValueError(f"ITL duration must be >= 0, got {duration_s}")
-        if weight <= 0.0:
-            return
-        batch = self._batch
-        batch.append((ONE, duration_s, weight))
-        if len(batch) >= BATCH:
-            self.apply_batch()
-
-    def add_arithmetic(
-        self, first_s: float, step_s: float, num_steps: int, weight: float = 1.0
-    ) -> None:
-        """``ItlHistogram.add_arithmetic``: the same checks; counted when its batch is
-        applied."""
-        if num_steps <= 0 or weight <= 0.0:
-            return
-        last_s = first_s + (num_steps - 1) * step_s
-        if not (first_s >= 0.0 and last_s >= 0.0):
-            raise ValueError(f"ITL durations must be >= 0, got {first_s} .. {last_s}")
-        batch = self._batch
-        batch.append((ARITHMETIC, first_s, step_s, num_steps, weight, last_s))
-        if len(batch) >= BATCH:
-            self.apply_batch()
+    def _flush(self) -> None:
+        self.apply_batch()
 
     def apply_batch(self) -> None:
         """Count and fold the adds kept so far, after every update made before them."""
-        batch = self._batch
+        batch = self._queue
         if not batch:
             return
-        self._batch = []
+        self._queue = []
+        many, self._many_bins = self._many_bins, []
+        many.reverse()  # popped in order by the replay below
         if len(batch) >= SMALL_BATCH and self._integral:
             rows = pack(batch)
-            if integral_rows(rows):
+            if integral_rows(rows) and all(is_integral(weight) for _, weight in many):
                 bin_rows(self._counts, self.grid, rows)
+                for bins, weight in many:  # integer sums: exact in any order
+                    self._count_many(bins, weight)
                 apply_rows(ItlHistogram._settled(self), rows)
                 return
         for update in batch:  # in order, through the histogram's own adds
             if update[0] == ONE:
                 ItlHistogram.add(self, update[1], update[2])
-            else:
+            elif update[0] == ARITHMETIC:
                 _, first_s, step_s, num_steps, weight, _ = update
                 ItlHistogram.add_arithmetic(self, first_s, step_s, int(num_steps), weight)
+            else:  # ``add_many``'s, its counts then its moments
+                self._count_many(*many.pop())
+                ItlHistogram._queue_update(self, update)
 
     @property
     def counts(self) -> npt.NDArray[np.float64]:
@@ -193,8 +208,15 @@ class ItlBatch(ItlHistogram):
         return super()._settled()
 
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
-        self.apply_batch()
-        super().add_many(durations_s, weight)
+        """``ItlHistogram.add_many``: the same checks; its moment update joins the batch in
+        order, its bins kept beside it until the batch is applied."""
+        many = self._many(durations_s, weight)
+        if many is not None:
+            queue = self._queue
+            queue.append(many[0])
+            self._many_bins.append((many[1], weight))
+            if len(queue) >= BATCH:
+                self.apply_batch()
 
     def merge(self, other: ItlHistogram) -> None:
         self.apply_batch()
@@ -214,11 +236,11 @@ def bin_rows(counts: npt.NDArray[np.float64], grid: BinGrid, rows: npt.NDArray[n
     ``bisect_right``); exact in any order while every weight is an integer."""
     kind, edges = rows[:, 0], grid.edges
     one, series = rows[kind == ONE], rows[kind == ARITHMETIC]
-    bins = np.searchsorted(edges, one[:, 1], side="right")
+    bins = bins_of(grid, one[:, 1])
     counts += np.bincount(bins, weights=one[:, 2], minlength=len(counts))
     first, step, num, weight, last = (series[:, i] for i in range(1, 6))
-    first_bin = np.searchsorted(edges, first, side="right")
-    last_bin = np.searchsorted(edges, last, side="right")
+    first_bin = bins_of(grid, first)
+    last_bin = bins_of(grid, last)
     same = first_bin == last_bin
     counts += np.bincount(first_bin[same], weights=num[same] * weight[same], minlength=len(counts))
     rising = ~same & (step > 0.0)

@@ -89,6 +89,12 @@ class StepTrace:
             self._max_blocks = used_blocks
         self.num_records += 1
 
+    def record_each(self, times_s: list[float], used_blocks: list[int]) -> None:
+        """``record`` of each ``(times_s[i], used_blocks[i])`` in order (a preemption chain's
+        few records, ``engine/chain.py``: one call per chain)."""
+        for now_s, blocks in zip(times_s, used_blocks, strict=True):
+            self.record(now_s, blocks)
+
     def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
         """``record`` of each ``(times_s[i], used_blocks[i])`` in order, in one call: the same
         state and the same floats (each segment's area is the same product, the running area
@@ -106,10 +112,25 @@ class StepTrace:
         self._area_block_s = float(
             np.add.accumulate(np.concatenate(([self._area_block_s], areas)))[-1]
         )
-        start_list, end_list = starts.tolist(), times_s.tolist()
-        area_list, peak_list = areas.tolist(), peaks.tolist()
+        if len(times_s) >= 2 * self.max_points:  # several halvings: in arrays
+            self._extend_halving(starts, times_s, areas, peaks)
+        else:
+            self._extend(starts.tolist(), times_s.tolist(), areas.tolist(), peaks.tolist())
+        self._last_s = float(times_s[-1])
+        self._last_blocks = int(used_blocks[-1])
+        self._max_blocks = max(self._max_blocks, int(used_blocks.max()))
+        self.num_records += len(times_s)
+
+    def _extend(
+        self,
+        start_list: list[float],
+        end_list: list[float],
+        area_list: list[float],
+        peak_list: list[int],
+    ) -> None:
+        """Append closed segments, halving the buffer wherever ``record`` would."""
         done = 0
-        while done < len(times_s):
+        while done < len(start_list):
             end = done + 2 * self.max_points - len(self._seg_start_s)
             self._seg_start_s.extend(start_list[done:end])
             self._seg_end_s.extend(end_list[done:end])
@@ -118,10 +139,31 @@ class StepTrace:
             done = end
             if len(self._seg_start_s) >= 2 * self.max_points:
                 self._halve()
-        self._last_s = float(times_s[-1])
-        self._last_blocks = int(used_blocks[-1])
-        self._max_blocks = max(self._max_blocks, int(used_blocks.max()))
-        self.num_records += len(times_s)
+
+    def _extend_halving(
+        self, starts: np.ndarray, ends: np.ndarray, areas: np.ndarray, peaks: np.ndarray
+    ) -> None:
+        """``_extend`` of many segments with the buffer kept in arrays between its halvings:
+        each halving merges the same pairs with the same one addition (``_pairwise``)."""
+        full = 2 * self.max_points
+        start = np.asarray(self._seg_start_s, dtype=np.float64)
+        stop = np.asarray(self._seg_end_s, dtype=np.float64)
+        area = np.asarray(self._seg_area_block_s, dtype=np.float64)
+        peak = np.asarray(self._seg_peak_blocks, dtype=np.int64)
+        done = 0
+        while done < len(starts):
+            end = done + full - len(start)
+            start = np.concatenate((start, starts[done:end]))
+            stop = np.concatenate((stop, ends[done:end]))
+            area = np.concatenate((area, areas[done:end]))
+            peak = np.concatenate((peak, peaks[done:end]))
+            done = end
+            if len(start) >= full:  # ``_pairwise`` of an even count
+                start, stop = start[0::2], stop[1::2]
+                area = area[0::2] + area[1::2]
+                peak = np.maximum(peak[0::2], peak[1::2])
+        self._seg_start_s, self._seg_end_s = start.tolist(), stop.tolist()
+        self._seg_area_block_s, self._seg_peak_blocks = area.tolist(), peak.tolist()
 
     def _halve(self) -> None:
         merged = _pairwise(

@@ -32,9 +32,25 @@ class StepTraceLog(StepTrace):
         if len(times) >= CHUNK:
             self.settle()
 
+    def record_each(self, times_s: list[float], used_blocks: list[int]) -> None:
+        if len(times_s) != len(used_blocks):
+            raise ValueError("StepTraceLog: as many times as block counts")
+        times = self._times_s
+        times.extend(times_s)
+        self._blocks.extend(used_blocks)
+        if len(times) >= CHUNK:
+            self.settle()
+
     def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
-        self.settle()
-        self._apply(times_s, used_blocks)
+        # Kept with the single records (a doomed-head run's few hundred, ``engine/thrash.py``):
+        # applied ``CHUNK`` at a time, the buffer's halvings run in arrays (``StepTrace``).
+        if len(times_s) != len(used_blocks):
+            raise ValueError("StepTraceLog: as many times as block counts")
+        times = self._times_s
+        times.extend(np.asarray(times_s, dtype=np.float64).tolist())
+        self._blocks.extend(np.asarray(used_blocks, dtype=np.int64).tolist())
+        if len(times) >= CHUNK:
+            self.settle()
 
     def settle(self) -> None:
         """Apply the records kept so far, in order."""
