@@ -51,7 +51,7 @@ def test_a_long_context_chunk_of_deepseek_is_faster_under_vllm_than_sglang() -> 
     for engine in ("vllm-v1", "sglang"):
         step = build_step_model(plan, efficiency=scale_kernels(family, 0.3, "mla", engine))
         times[engine] = (step.step_time(long).total_s, step.step_time(short).total_s)
-    assert times["vllm-v1"][0] < 0.6 * times["sglang"][0]
+    assert times["vllm-v1"][0] < 0.65 * times["sglang"][0]
     assert times["vllm-v1"][1] == pytest.approx(times["sglang"][1], rel=0.02)
 
 

@@ -75,16 +75,19 @@ def _plan(max_seqs: int, max_tokens: int):  # type: ignore[no-untyped-def]
 
 
 def test_steady_state_counts_waves_of_prefill_and_decode_steps() -> None:
-    """ISL 100, OSL 10, 40 requests, 8 at a time, 4 prompts per 400-token step: a wave is 2
-    prefill steps + 9 decode steps = 11 s; 5 waves = 55 s for 400 output tokens."""
+    """ISL 100, OSL 10, 40 requests, 8 at a time, 4 prompts per 400-token step: 2 steps fill
+    the slots, each group's slots are refilled as it finishes (8 more prefill steps), 5 x 8
+    steps decode all 8, and 1 step decodes the last group's last token: 51 s for 400 output
+    tokens (not 5 waves of 2 + 9 steps, 55 s, where a wave's slots wait for its last request)."""
     out, req = steady_state_throughput(_plan(8, 400), _OneSecondSteps(), 100, 10, 40) or (0, 0)
-    assert out == pytest.approx(400 / 55)
-    assert req == pytest.approx(40 / 55)
+    assert out == pytest.approx(400 / 51)
+    assert req == pytest.approx(40 / 51)
 
 
 def test_steady_state_batch_is_bounded_by_kv_blocks_for_the_whole_request() -> None:
     """TensorRT-LLM reserves ISL + OSL: 110 tokens = 4 blocks of 32, so 13 blocks hold 3
-    requests: a wave is 1 prefill step + 9 decode steps; 13 waves of 3 and one of 1."""
+    requests: 14 admissions (13 of 3, one of 1) 10 steps apart, the last one's request decoding
+    9 steps after it: 140 steps."""
     plan = replace(_plan(8, 400), num_blocks=13)
     out, _ = steady_state_throughput(plan, _OneSecondSteps(), 100, 10, 40) or (0, 0)
     assert out == pytest.approx(400 / (10 * 14))

@@ -1,0 +1,92 @@
+"""trtllm-bench's closed form: slots refilled as requests finish, each request decoding OSL - 1
+times (plan/closed_form.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.plan.closed_form import schedule, steady_state_throughput
+from inferplan.specs.catalog import load_model
+from inferplan.specs.hardware import load_gpu
+from inferplan.specs.parallel import Parallelism
+
+
+class _AffineSteps:
+    """A step takes 1 s plus 0.1 s per decode row (prefill free), so the run's time is its
+    step count plus a tenth of its decode rows."""
+
+    def step_time(self, batch: StepBatch) -> StepTime:
+        total = 1.0 + 0.1 * batch.num_decode_seqs
+        return StepTime(total, {"compute": total})
+
+    def decode_line(self, num_seqs: int, context_tokens: int) -> tuple[float, float, float]:
+        return 1.0, 0.0, float("inf")
+
+
+def _plan(max_seqs: int, max_tokens: int) -> MemoryPlan:
+    cfg = MemoryConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens, block_size=32)
+    return plan_memory(load_model("Llama-3.1-8B"), load_gpu("h100"), Parallelism(), cfg)
+
+
+def test_schedule_of_whole_waves_by_hand() -> None:
+    """8 slots, 4 prompts a step, OSL 10, 40 requests: the slots fill in 2 steps (0 then 4
+    decodes beside the prompts: mean 2), 8 refill steps (the 4 other slots decoding), 5 x 8
+    steps with all 8 decoding, and one step for the last group's last decode."""
+    steps = schedule(8, 4, 10, 40)
+    assert steps == {
+        "ramp": (2, 4, 2),
+        "refill": (8, 4, 4),
+        "full": (40, 0, 8),
+        "drain": (1, 0, 4),
+    }
+
+
+def test_a_partial_last_wave_decodes_alone() -> None:
+    """16 slots in 2 groups of 8, 40 = 2 x 16 + 8: after the 3 refills the last 8 requests
+    decode 9 steps with the other slots empty."""
+    steps = schedule(16, 8, 10, 40)
+    assert steps == {
+        "ramp": (2, 8, 4),
+        "refill": (3, 8, 8),
+        "full": (16, 0, 16),
+        "drain": (9, 0, 8),
+    }
+
+
+@pytest.mark.parametrize(
+    ("batch", "per_step", "osl", "requests"),
+    [(8, 4, 10, 40), (16, 8, 10, 40), (4096, 64, 128, 30000), (694, 4, 128, 3000), (7, 7, 2, 7)],
+)
+def test_each_request_decodes_osl_minus_one_times(
+    batch: int, per_step: int, osl: int, requests: int
+) -> None:
+    """The decode rows of all the steps, prefill steps' included, are requests x (OSL - 1):
+    none counted twice (a wave's prefill steps carry decodes) and none dropped; every request
+    has its prompt once."""
+    steps = schedule(batch, per_step, osl, requests)
+    rows = sum(count * mean for count, _, mean in steps.values())
+    prompts = sum(count * mean for count, mean, _ in steps.values())
+    assert rows == pytest.approx(requests * (osl - 1))
+    assert prompts == pytest.approx(requests)
+    assert all(min(step) >= 0 for step in steps.values())
+
+
+def test_prompts_limit_the_slots_in_use() -> None:
+    """694 slots but 4 prompts a step and OSL 128: at most 4 x 128 = 512 requests are ever in
+    flight, so every step after the first 128 admits 4 and carries 4 x 127 decodes."""
+    steps = schedule(694, 4, 128, 3000)
+    assert steps["ramp"] == (128, 4, 254)
+    assert steps["refill"] == (622, 4, 508)
+    assert steps["full"][0] == 0
+
+
+def test_single_wave_time_by_hand() -> None:
+    """8 requests, 8 slots, 4 prompts a step (max_num_tokens 400, ISL 100), OSL 10: 2 prefill
+    steps (0 and 4 decodes), 8 steps of 8 decodes, 1 step of the last group's 4: 11 steps and
+    72 = 8 x 9 decode rows, 11 + 7.2 = 18.2 s. A wave that decodes all 8 for 9 steps after its
+    prefill steps (their 4 decodes counted again) takes 2.4 + 16.2 = 18.6 s."""
+    out, req = steady_state_throughput(_plan(8, 400), _AffineSteps(), 100, 10, 8) or (0, 0)
+    assert out == pytest.approx(80 / 18.2)
+    assert req == pytest.approx(8 / 18.2)
