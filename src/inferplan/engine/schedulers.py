@@ -34,7 +34,6 @@ could join the batch before the next event.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -45,7 +44,6 @@ import numpy.typing as npt
 from inferplan.engine.own_admission import admit_own, own_head_fit
 from inferplan.engine.plain_admission import admit_plainly, plain_head_chunk
 from inferplan.engine.policies import WaitingQueue
-from inferplan.engine.prefix_admission import map_cached, reload
 from inferplan.engine.running import RunningSet
 from inferplan.memory.blockpool import BlockPool
 from inferplan.memory.ownblocks import OwnBlocks
@@ -134,7 +132,7 @@ class Scheduler:
         if self.pool.cache is not None and self.pool.cache.caches_chunks:
             self._cache_chunks(decision.sched)
         if not decision.preempted:
-            decision = self.schedule_waiting(decision, now, admit=True)
+            decision = waiting_pass(self, decision, now, admit=True)  # ``schedule_waiting``
         return decision
 
     # ---- prefix caching (``memory/prefixcache.py``) ------------------------------------------
@@ -313,9 +311,8 @@ class Scheduler:
         ``max_num_seqs`` allows and ``head_chunk`` says it fits; append each chunk to
         ``sched``. ``step_fit`` (``head_can_join``'s answer where no step ran since) is taken
         for the head if the head, budget, blocks and cache are still its own."""
-        run, waiting, cache = self.running, self.waiting, self.pool.cache
         fit, self.step_fit = self.step_fit, None
-        waiting.age(now)
+        self.waiting.age(now)
         path = self.admission_path or self._admission_path()
         if path == PLAIN:  # ``_head_fit`` and ``admit_popped`` in block counts
             admit_plainly(self, budget, sched, now, fit)
@@ -323,27 +320,7 @@ class Scheduler:
         if path == OWN:  # ``_head_fit`` and ``admit_popped`` with own blocks, in one frame
             admit_own(self, budget, sched, now, fit)
             return
-        max_num_seqs = self.cfg.max_num_seqs
-        # ``len(waiting)`` and ``len(run)`` without their ``__len__`` calls
-        while waiting.tokens and run._size < max_num_seqs and budget > 0:
-            available = self.available_blocks()
-            if (
-                fit is None
-                or fit[:2] != waiting.peek()
-                or fit[2] != budget
-                or fit[3] != available
-                or fit[4] != (0 if cache is None else cache.lru_blocks)
-            ):
-                fit = self._head_fit(budget, available)
-                if fit is None:
-                    break
-            rid, tokens, _, _, _, chunk, hit = fit
-            fit = None
-            waiting.pop()
-            if not self.admit_popped(rid, tokens, chunk, now, hit):
-                continue  # its KV comes back from a tier first
-            sched.append(chunk)
-            budget -= chunk
+        admit_general(self, budget, sched, now, fit)
 
     def settle_admission_path(self) -> None:
         """Decide ``admission_path`` once: call where the pool's cache, the KV tiers and the
@@ -385,34 +362,9 @@ class Scheduler:
     def admit_popped(
         self, rid: int, tokens: int, chunk: int, now: float, hit: int | None = None
     ) -> bool:
-        """Give the request just taken off the queue its blocks (prefix hit + first ``chunk``)
-        and append it to the running set; False where it waits off the batch for KV coming
-        back from a tier (``engine/offload.py``). ``hit``: its prefix hit where the admission
-        test has just found it (only the queue's pop since)."""
-        pool = self.pool
-        if hit is None:
-            hit, _ = self.prefix_hit(rid, tokens)
-        held = pool.blocks_for_one(hit + chunk)
-        if self.offload is not None and rid in self.offload.stored:
-            reload(self, rid, tokens, hit, held)  # it joins the batch when its KV is back
-            return False
-        if pool.cache is None:
-            pool.free_blocks -= held  # nothing to evict
-        else:  # map the cached entries first, so that allocating cannot evict them
-            entry_tokens = pool.cache.entry_kv_blocks * pool.block_size
-            in_hbm = map_cached(self, rid, tokens, hit // entry_tokens, held, now)
-            if in_hbm is None:
-                return False  # the rest of its prefix comes back from a tier: it waits
-            pool.free = pool.free_blocks - (held - in_hbm * pool.cache.entry_blocks)
-            end = min(hit + chunk, self.prompt_tokens.item(rid))
-            pool.cache.register(rid, end // entry_tokens)
-            pool.cache.evict_to(pool.free_blocks)
-        first_scheduled_s = self.records.first_scheduled_s
-        if math.isnan(first_scheduled_s.item(rid)):  # ``item``: a Python float, no numpy scalar
-            first_scheduled_s[rid] = now
-        generated = int(tokens - self.prompt_tokens.item(rid))
-        self.running.append(rid, hit, tokens, generated, self.target_tokens.item(rid), held, now)
-        return True
+        """Give the request just taken off the queue its blocks and a running row
+        (``waiting_pass.admit_popped``); False where it waits for KV coming back from a tier."""
+        return admit_popped(self, rid, tokens, chunk, now, hit)
 
     # ---- running pass -----------------------------------------------------------------------
 
@@ -503,35 +455,8 @@ class Scheduler:
     # ---- waiting pass -----------------------------------------------------------------------
 
     def schedule_waiting(self, decision: StepDecision, now: float, *, admit: bool) -> StepDecision:
-        """Swapped-out requests first, then (if ``admit``) the queue."""
-        cfg, run, pool = self.cfg, self.running, self.pool
-        budget = cfg.max_num_batched_tokens - int(decision.sched.sum())
-        sched: list[int] = []  # tokens of the rows this pass adds behind the running ones
-        first_added = len(run)
-        swap_s = decision.swap_s
-        while self.swapped and len(run) < cfg.max_num_seqs and budget > 0:
-            if not self.swapped_head_fits(budget, pool.free_blocks):
-                break
-            rid, computed, tokens, held = self.swapped.popleft()
-            n = min(tokens - computed, budget)
-            blocks = max(pool.blocks_for_one(computed + n), held)
-            pool.free = pool.free_blocks - blocks
-            generated = int(tokens - self.prompt_tokens[rid])
-            run.append(rid, computed, tokens, generated, int(self.target_tokens[rid]), blocks, now)
-            sched.append(n)
-            budget -= n
-            swap_s += held * cfg.kv_block_bytes / cfg.host_link_bytes_s
-            self.records.swapped_bytes[rid] += int(held * cfg.kv_block_bytes)
-        if admit:
-            self.admit_waiting(budget, sched, now)
-        ids = {
-            "preempted_ids": decision.preempted_ids,
-            "admitted_ids": run.ids[first_added:].tolist(),
-        }
-        if sched:
-            added = np.array(sched, dtype=np.int64)
-            return StepDecision(np.concatenate((decision.sched, added)), swap_s=swap_s, **ids)
-        return StepDecision(decision.sched, swap_s=swap_s, **ids)
+        """Swapped-out requests first, then (if ``admit``) the queue (``waiting_pass.py``)."""
+        return waiting_pass(self, decision, now, admit=admit)
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
@@ -549,6 +474,10 @@ from inferplan.engine.reserving import (  # noqa: E402
     TrtllmScheduler,
 )
 from inferplan.engine.sglang import SglangScheduler  # noqa: E402
+
+# The general waiting pass (``waiting_pass.py``) builds ``StepDecision``s: imported once it is
+# defined.
+from inferplan.engine.waiting_pass import admit_general, admit_popped, waiting_pass  # noqa: E402
 
 SCHEDULERS["static"] = StaticScheduler
 SCHEDULERS["trtllm"] = TrtllmScheduler

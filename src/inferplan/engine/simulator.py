@@ -20,18 +20,18 @@ from __future__ import annotations
 import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from inferplan.engine.admission import AdmissionConfig, AdmissionLedger
+from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.implicit_step import joined_admission_step
-from inferplan.engine.offload import offload_summary
 from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
+from inferplan.engine.run_result import SimulationResult, run_result
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.engine.simsetup import (
     admission_ledger,
@@ -41,15 +41,12 @@ from inferplan.engine.simsetup import (
     records_for,
 )
 from inferplan.engine.specstretch import can_stretch, spec_stretch
-from inferplan.engine.speculation import SimSpeculation, speculate, speculation_summary
+from inferplan.engine.speculation import SimSpeculation, speculate
 from inferplan.engine.thrash import doomed_cycles
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import BlockPool
-from inferplan.memory.prefixcache import PrefixCache
-from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.itl_log import ItlBatch
-from inferplan.metrics.records import RequestRecords, RequestStatus
-from inferplan.metrics.steptrace import StepTrace
+from inferplan.metrics.records import RequestStatus
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
@@ -80,24 +77,6 @@ class SimulationConfig:
     admission: AdmissionConfig | None = None
     # Speculative decoding (``engine/speculation.py``); None: off.
     speculative: SimSpeculation | None = None
-
-
-@dataclass
-class SimulationResult:
-    records: RequestRecords
-    itl: ItlHistogram
-    traces: list[StepTrace]
-    duration_s: float
-    num_steps: int
-    idle_slot_steps: int  # static batching: slot-steps held by finished members of a batch
-    # The trace time of the first arrival: every time in ``records`` and ``traces`` counts from
-    # it (add it back to show trace times).
-    time_offset_s: float = 0.0
-    admission: AdmissionLedger | None = None  # with an admission config: its per-request state
-    # Each replica's prefix cache (None entries: caching did not apply), for per-replica hits.
-    prefix_caches: list[PrefixCache | None] = field(default_factory=list)
-    kv_tiers: dict[str, Any] | None = None  # with KV tiers: ``offload_summary``
-    speculative: dict[str, Any] | None = None  # with speculation: ``speculation_summary``
 
 
 class Simulation:
@@ -493,26 +472,5 @@ class Simulation:
         raise AssertionError("the earliest clock is within its own bound")
 
     def _result(self) -> SimulationResult:
-        for replica in self.replicas:  # worst gaps of rows still running (an unfinished run)
-            replica.running.rows.flush_itl()
-        rec = self.records
-        ends = rec.finish_s[np.isfinite(rec.finish_s)]
-        start = float(rec.dispatch_s.min()) if rec.num_requests else 0.0
-        duration = float(ends.max()) - start if len(ends) else 0.0
-        return SimulationResult(
-            records=rec,
-            itl=self.itl,
-            traces=[r.trace for r in self.replicas],
-            duration_s=duration,
-            num_steps=sum(r.num_steps for r in self.replicas),
-            idle_slot_steps=sum(r.idle_slot_steps for r in self.replicas),
-            time_offset_s=self.time_offset_s,
-            admission=self.ledger,
-            prefix_caches=[r.pool.cache for r in self.replicas],
-            kv_tiers=self._kv_tiers(duration),
-            speculative=speculation_summary(self.replicas),
-        )
-
-    def _kv_tiers(self, duration_s: float) -> dict[str, Any] | None:
-        offloads = [r.offload for r in self.replicas if r.offload is not None]
-        return offload_summary(offloads, duration_s) if offloads else None
+        """What the run returns (``run_result.py``)."""
+        return run_result(self.replicas, self.records, self.itl, self.time_offset_s, self.ledger)
