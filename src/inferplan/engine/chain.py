@@ -22,16 +22,16 @@ chain's block arithmetic comes from the rows' state at its start, in closed form
   preempted first; a segment's fewest-left is a prefix minimum over the rows still running.
 
 Everything that leaves a trace (the step-time lines, the arrival bound, the ITL histogram, the KV
-trace, the queue pushes, the victims' counts) is done per segment exactly as the stepwise code
-does it, with the same float expressions in the same order, so results are byte-identical; only
-the columns are written once, at the chain's end, and the segments' ITL series and KV trace
-records are handed over there in one call each (the same updates in the same order). It applies where ``preempting_decode_step``
-would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue), recompute, a uniform
-pool without prefix caching (or with own blocks only: the cache's LRU list along the chain is
-``engine/ownchain.py``'s, and a stretch ends before the step that admits the queue head,
-``engine/ownstretch.py``), KV tiers or admission policies, every row decoding and having
-emitted at ``now``. Under the priority policy, with shared prefixes or windowed layers the
-stepwise path runs as before.
+trace, the queue pushes, the victims' counts) is done per segment exactly as the stepwise code does
+it, with the same float expressions in the same order, so results are byte-identical; only the
+columns are written once, at the chain's end, and the segments' ITL series and KV trace records are
+handed over there in one call each (the same updates in the same order). It applies where
+``preempting_decode_step`` would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue),
+recompute, a uniform pool without prefix caching (or with own blocks only: the cache's LRU list
+along the chain is ``engine/ownchain.py``'s, and a stretch ends before the step that admits the
+queue head, ``engine/ownstretch.py``), KV tiers or admission policies, every row decoding and having
+emitted at ``now``. Under the priority policy, with shared prefixes or windowed layers the stepwise
+path runs as before.
 """
 
 from __future__ import annotations
