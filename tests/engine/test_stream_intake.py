@@ -93,4 +93,7 @@ def test_streaming_requests_hold_back_the_intake_of_later_ones() -> None:
     ttft_slow = slow.records.first_token_s - slow.records.arrival_s
     assert ttft_slow[0] == ttft_base[0]  # nothing streams before the first request is in
     assert ttft_slow[-1] > ttft_base[-1] + 0.05  # the last waits behind the streams
-    assert np.all(ttft_slow >= ttft_base - 1e-9)
+    # No request is served noticeably earlier: a slowed intake can only shift a request into a
+    # prefill step it shares with the one before it, which gains it a few microseconds at most
+    # (request 3 here: 9.5 us at trtp91's Hopper constants), never a step (about 7 ms here).
+    assert np.all(ttft_slow >= ttft_base - 1e-4)
