@@ -14,7 +14,13 @@ from functools import cache
 import pytest
 
 from inferplan.errors import InferplanError
-from inferplan.memory.plan import check_sharding, weight_formats_for
+from inferplan.memory.plan import (
+    MemoryConfig,
+    MemoryPlan,
+    check_sharding,
+    plan_memory,
+    weight_formats_for,
+)
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.moe import Routing
@@ -187,4 +193,14 @@ def mixed_batch(
         num_decode_seqs=num_decode,
         decode_context_tokens=num_decode * context_per_seq,
         num_draft_tokens=drafts,
+    )
+
+
+def tp_plan(model: str, gpu: str, tp: int, quantization: str | None = None) -> MemoryPlan:
+    """A bundled model's memory plan on ``tp`` GPUs at a 4,096-token context."""
+    return plan_memory(
+        load_model(model),
+        load_gpu(gpu),
+        Parallelism(tp=tp),
+        MemoryConfig(quantization=quantization, max_model_len=4096),
     )

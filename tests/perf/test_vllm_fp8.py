@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
+from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import bundled_kernels, plan_kernel_class, scale_kernels
 from inferplan.perf.vllm_fp8 import fp8_kernel_class, with_block_fp8_rate
 from inferplan.perf.vllm_moe import vllm_kernel_class
 from inferplan.plan.served import served_efficiency
-from inferplan.specs.catalog import load_model
-from inferplan.specs.hardware import load_gpu
-from inferplan.specs.parallel import Parallelism
 
-
-def _plan(model: str, gpu: str, tp: int, quantization: str | None = None) -> MemoryPlan:
-    return plan_memory(
-        load_model(model),
-        load_gpu(gpu),
-        Parallelism(tp=tp),
-        MemoryConfig(quantization=quantization, max_model_len=4096),
-    )
+from .perf_helpers import tp_plan as _plan
 
 
 def _vllm_class(plan: MemoryPlan) -> str:
