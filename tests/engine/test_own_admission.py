@@ -270,35 +270,3 @@ def test_the_path_is_decided_where_the_cache_is_set() -> None:
     assert replica.scheduler._admission_path() == OWN
     replica.scheduler.settle_admission_path()
     assert replica.scheduler.admission_path == OWN
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    registered=st.integers(0, 9),
-    computed_entries=st.integers(0, 12),
-    num_entries=st.integers(1, 10),
-    older_run=st.integers(0, 5),
-    pending=st.integers(0, 5),
-)
-def test_release_computed_is_register_then_release(
-    registered: int, computed_entries: int, num_entries: int, older_run: int, pending: int
-) -> None:
-    """``OwnBlocks.release_computed`` (a finish's release in one call) leaves what
-    ``register`` then ``release`` leave, a registered count above the computed one included."""
-
-    def left(fused: bool) -> list[Any]:
-        cache = OwnBlocks(np.array([10, num_entries]), 2)
-        if older_run:  # an older run, partly evicted (pending) before the release
-            cache.register(0, older_run)
-            cache.release(0)
-            cache.evict_to(cache.lru_blocks - 2 * min(pending, older_run))
-        if registered:
-            cache.register(1, registered)
-        if fused:
-            cache.release_computed(1, computed_entries)
-        else:
-            cache.register(1, computed_entries)
-            cache.release(1)
-        return [dict(cache.runs), dict(cache.held), cache.lru_blocks]
-
-    assert left(fused=True) == left(fused=False)

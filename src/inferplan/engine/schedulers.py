@@ -192,18 +192,6 @@ class Scheduler:
             self.pool.free_blocks += held  # nothing to evict
             return
         pool = self.pool
-        # Own blocks (``OWN``: nothing shared): ``register`` and ``release`` in one call
-        if (
-            type(cache) is OwnBlocks
-            and self.admission_path == OWN
-            and cache.covers_output
-            and computed is not None
-        ):
-            pool.free_blocks = free = pool.free_blocks + held
-            cache.release_computed(rid, computed // (cache.entry_kv_blocks * pool.block_size))
-            if cache.lru_blocks > free:
-                cache.evict_to(free)
-            return
         if cache.covers_output and computed is not None:
             cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
         # ``BlockPool.free``'s setter, inline: evicts what no longer fits

@@ -120,8 +120,6 @@ class Simulation:
         self._clocks = [math.inf] * len(self.replicas)
         # Whether each request passes the server's checks at arrival (a list: read per arrival).
         self._routed_at_arrival: list[bool] = self._is_routed_at_arrival().tolist()
-        # Whether ``_arrive`` may route without ``_route``'s call (round robin, this class's own).
-        self._round_robin = cfg.router == "round_robin" and type(self)._route is Simulation._route
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
         self._chains = self._chains_apply()
@@ -202,11 +200,7 @@ class Simulation:
             self.num_done += 1
             return
         self.in_flight += 1
-        if self._round_robin:  # ``_route`` of round robin, without its calls
-            index = self.num_routed % len(self.replicas)
-            self.num_routed += 1
-        else:
-            index = self._route(rid)
+        index = self._route(rid)
         replica = self.replicas[index]
         if self.own_arrivals is not None:
             self.own_arrivals.note_routed(rid, index)
@@ -244,11 +238,7 @@ class Simulation:
             if finished:
                 if not collects:
                     return
-                # ``_collect`` without its call (this class's own, no client limit: ``run``)
-                done = len(finished)
-                self.in_flight -= done
-                self.num_done += done
-                finished.clear()
+                done = self._collect(replica)
                 if on_progress is not None:
                     on_progress(done)
             if replica.num_steps == steps and replica.now == now:

@@ -102,12 +102,7 @@ class DecodeStretches:
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / n)))
         if math.isfinite(next_arrival_s):
-            window = next_arrival_s - r.now
-            # ``_steps_before``'s usual answer (a stretch cut by a finish) without its call
-            if not (
-                window > 0 and k > 0 and k * a + b * (k * context + n * k * (k - 1) / 2) < window
-            ):
-                k = _steps_before(window, a, b, context, n, k)
+            k = _steps_before(next_arrival_s - r.now, a, b, context, n, k)
         if not self._every_step:
             block_end = r.scheduler.steps_to_scheduling_point()
             if block_end is not None:

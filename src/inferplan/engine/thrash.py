@@ -35,6 +35,7 @@ import numpy as np
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.thrashrun import cycle_run
 from inferplan.perf.batch import StepBatch
+from inferplan.perf.bounded_cache import keep
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
@@ -96,9 +97,7 @@ def shared_lines(model: object, n: int, chunk: int) -> dict[int, Line]:
     key = (id(model), n, chunk)
     entry = _LINES.get(key)
     if entry is None or entry[0] is not model:
-        if len(_LINES) >= MAX_SHARED_LINES:
-            _LINES.clear()
-        entry = _LINES[key] = (model, {})
+        entry = keep(_LINES, key, (model, {}), MAX_SHARED_LINES)
     return entry[1]
 
 

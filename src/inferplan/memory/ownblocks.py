@@ -116,22 +116,6 @@ class OwnBlocks(PrefixCache):
             self.lru_blocks += entries * self.entry_blocks
         return 0  # nothing is shared: every block goes back to the pool
 
-    def release_computed(self, rid: int, entries: int) -> None:
-        """``register(rid, entries)`` then ``release(rid)`` in one call (a running request's
-        release: ``Scheduler.release_blocks``): its run is the larger of its registered
-        entries and ``entries`` (capped at what it can fill)."""
-        entries = min(entries, self.num_entries[rid])
-        registered = self.held.pop(rid, 0)
-        if registered > entries:
-            entries = registered
-        if entries:
-            runs = self._runs
-            if rid in runs and self.pending:  # ``_runs_for``
-                self._drop_pending()
-            assert rid not in runs, "a request freed twice"
-            runs[rid] = entries  # at the back: the pending evictions take the front
-            self.lru_blocks += entries * self.entry_blocks
-
     def hit_keys(self, rid: int, entries: int) -> set[int]:
         return {rid} if entries else set()  # its run: a hit is the whole run
 

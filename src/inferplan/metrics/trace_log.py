@@ -44,13 +44,10 @@ class StepTraceLog(StepTrace):
     def record_many(self, times_s: np.ndarray, used_blocks: np.ndarray) -> None:
         # Kept with the single records (a doomed-head run's few hundred, ``engine/thrash.py``):
         # applied ``CHUNK`` at a time, the buffer's halvings run in arrays (``StepTrace``).
-        if len(times_s) != len(used_blocks):
-            raise ValueError("StepTraceLog: as many times as block counts")
-        times = self._times_s
-        times.extend(np.asarray(times_s, dtype=np.float64).tolist())
-        self._blocks.extend(np.asarray(used_blocks, dtype=np.int64).tolist())
-        if len(times) >= CHUNK:
-            self.settle()
+        self.record_each(
+            np.asarray(times_s, dtype=np.float64).tolist(),
+            np.asarray(used_blocks, dtype=np.int64).tolist(),
+        )
 
     def settle(self) -> None:
         """Apply the records kept so far, in order."""
