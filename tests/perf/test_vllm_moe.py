@@ -99,10 +99,9 @@ def test_served_efficiency_applies_it_to_vllm_only() -> None:
     family = efficiency_for(plan.gpu)
     vllm = served_efficiency(family, plan, "vllm")
     sglang = served_efficiency(family, plan, "sglang")
-    # SGLang: its own experts factor, halved by its own listing (perf/sglang_moe.py), where
-    # E=160,N=192 has no BF16 file either.
+    # SGLang: its own experts factor (perf/sglang_moe.py), without vLLM's untuned halving.
     sglang_experts = bundled_kernels()["sglang"]["experts"]
-    assert sglang.moe_gemm == pytest.approx(family.moe_gemm * sglang_experts * 0.5)
+    assert sglang.moe_gemm == pytest.approx(family.moe_gemm * sglang_experts)
     # vLLM: the experts class's bundled factor, then half for the untuned E=160,N=192 shape.
     experts = bundled_kernels()["vllm-v1"]["experts"]
     assert vllm.moe_gemm == pytest.approx(family.moe_gemm * experts * 0.5)

@@ -32,7 +32,7 @@ from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
-from inferplan.perf.sglang_moe import sglang_kernel_class, with_sglang_moe_configs
+from inferplan.perf.sglang_moe import sglang_kernel_class
 from inferplan.perf.vllm_attention import with_vllm_attention
 from inferplan.perf.vllm_fp8 import with_vllm_fp8
 from inferplan.perf.vllm_moe import vllm_kernel_class, with_fused_moe_configs
@@ -90,11 +90,8 @@ def with_vllm_configs(eff: Efficiency, plan: MemoryPlan, engine: str) -> Efficie
     """``eff`` with vLLM's fused-MoE configs as it ships them (``perf/vllm_moe.py``
     ``with_fused_moe_configs``), its block-scaled FP8 GEMMs at the BF16 rate
     (``perf/vllm_fp8.py`` ``with_vllm_fp8``) and FlashAttention-2's query tile per decode row
-    in mixed steps on Ampere and Ada (``perf/vllm_attention.py``); SGLang's fused-MoE configs as
-    it ships them (``perf/sglang_moe.py`` ``with_sglang_moe_configs``); other engines: ``eff``
+    in mixed steps on Ampere and Ada (``perf/vllm_attention.py``); other engines: ``eff``
     unchanged."""
-    if engine == "sglang":
-        return with_sglang_moe_configs(eff, plan)
     if engine != "vllm":
         return eff
     return with_vllm_attention(with_vllm_fp8(with_fused_moe_configs(eff, plan), plan), plan)
