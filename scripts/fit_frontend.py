@@ -117,8 +117,11 @@ INTAKE_STREAMS = [100 * US, 150 * US]
 # block-scaled FP8 GEMMs on Hopper are charged against the BF16 peak (``perf/vllm_fp8.py``), so
 # each class's factor is relative to the rate its kernels can reach, and a fold without
 # DeepSeek takes the other classes' geometric mean as its prior (docs/validation.md ``vllm4``;
-# ``vllmlat`` tied ``fp8`` and ``mla`` at 0.3, the grid's floor, before).
-TIED = {"sglang": ("fp8", "mxfp4", "mla")}
+# ``vllmlat`` tied ``fp8`` and ``mla`` at 0.3, the grid's floor, before). SGLang's ``mxfp4``
+# (gpt-oss: OpenAI's ``triton_kernels`` ``matmul_ogs`` for the MXFP4 experts, SGLang's
+# ``Mxfp4MoEMethod``, not an FP8 GEMM) has a factor of its own since ``sglang6``: tied, its two
+# configurations' misses held the FP8/MLA factor at the floor (docs/validation.md ``sglang6``).
+TIED = {"sglang": ("fp8", "mla")}
 FRONTEND_DATA = Path("src/inferplan/engine/data/frontend.yaml")
 HOST_DATA = Path("src/inferplan/perf/data/engine_overheads.yaml")
 KERNEL_DATA = Path("src/inferplan/perf/data/engine_kernels.yaml")

@@ -39,3 +39,19 @@ def test_sglang_runs_its_bf16_experts_at_its_factor_and_nothing_else_moves() -> 
     dense_eff = served_efficiency(efficiency_for(dense.gpu), dense, "sglang")
     assert dense_eff.moe_gemm == efficiency_for(dense.gpu).moe_gemm
     assert dense_eff.gemm_compute == efficiency_for(dense.gpu).gemm_compute
+
+
+def test_mxfp4_has_its_own_factor_apart_from_fp8_and_mla() -> None:
+    # docs/validation.md sglang6: gpt-oss's MXFP4 experts run OpenAI's triton_kernels, not an
+    # FP8 GEMM, so the fit gives the class its own factor (0.3) beside FP8/MLA's (0.4).
+    factors = bundled_kernels()["sglang"]
+    assert (factors["fp8"], factors["mla"], factors["mxfp4"]) == (0.4, 0.4, 0.3)
+    gpt_oss = _plan("gpt-oss-20b", "h100_sxm_80gb", 1)
+    assert _class(gpt_oss) == "mxfp4"
+    family = efficiency_for(gpt_oss.gpu)
+    eff = served_efficiency(family, gpt_oss, "sglang")
+    assert eff.gemm_compute == pytest.approx(family.gemm_compute * 0.3)
+    glm_fp8 = _plan("GLM-4.6", "h200_sxm_141gb", 4, "fp8")
+    assert _class(glm_fp8) == "fp8"
+    fp8 = served_efficiency(efficiency_for(glm_fp8.gpu), glm_fp8, "sglang")
+    assert fp8.gemm_compute == pytest.approx(efficiency_for(glm_fp8.gpu).gemm_compute * 0.4)
