@@ -132,3 +132,60 @@ def test_a_window_that_saturates_gets_its_own_plan(name: str, kwargs: dict[str, 
         for context in (window - 1, window, window + 1, 3 * window, window - 1):
             batch = mixed_batch([(300, 16)], num_decode, context)
             assert seconds(batch) == model.step_time(batch).total_s
+
+
+# Models (dense GQA, MoE, MLA + MoE, sliding-window MoE with sinks, sliding/global interleave,
+# linear attention, DSA's indexer, chunked local attention), GPUs and engine settings: pipeline
+# and DP attention, TensorRT-LLM's hidden host work, vLLM's FA2 query tiles on Ampere,
+# an engine's CUDA graph sizes, speculative verify rows.
+DIRECT_VARIANTS = [
+    ("Llama-3.1-8B", "h200", {}, {}),
+    ("Llama-3.1-70B", "a100", {"tp": 2, "pp": 2}, {"mixed_decode_rows": 64.0}),
+    ("Qwen3-30B-A3B", "b200", {"tp": 2, "zipf": 1.2}, {}),
+    ("DeepSeek-V3", "h200", {"tp": 8, "dp": 8, "ep": True}, {}),
+    ("DeepSeek-V3.2", "h200", {"tp": 8}, {}),
+    ("gpt-oss-120b", "h100", {"pp": 2}, {"host_overlap": 0.6, "step_overhead_s": 0.003}),
+    ("gemma-3-27b-it", "mi300x", {}, {}),
+    ("Qwen3-Next-80B-A3B-Thinking", "h200", {"tp": 4}, {}),
+    ("Llama-4-Scout-17B-16E-Instruct", "h200", {"tp": 2}, {"host_overlap": 1.0}),
+]
+
+
+@pytest.mark.parametrize(("name", "gpu", "kwargs", "eff"), DIRECT_VARIANTS)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chunks=st.lists(chunk, min_size=1, max_size=8),
+    num_decode=st.integers(0, 600),
+    contexts=st.lists(st.integers(1, 140_000), min_size=1, max_size=3),
+    drafts=st.sampled_from([0, 0, 2]),
+    graphs=st.booleans(),
+)
+def test_new_prefill_chunks_are_timed_without_a_plan_to_the_same_float(
+    name: str,
+    gpu: str,
+    kwargs: dict[str, object],
+    eff: dict[str, float],
+    chunks: list[tuple[int, int]],
+    num_decode: int,
+    contexts: list[int],
+    drafts: int,
+    graphs: bool,
+) -> None:
+    """A step with prefill chunks never met before is timed straight from its pieces (no plan
+    kept); met again, its shape gets a plan. Both give ``step_time``'s float, bit for bit."""
+    base = roofline(name, gpu, **kwargs)
+    model = RooflineModel(
+        base.spec, base.gpu, base.par, base.formats, base.kv, replace(base.eff, **eff)
+    )
+    if graphs:
+        model.graphs = CudaGraphs((1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+    for context in contexts:
+        batch = mixed_batch(chunks, num_decode, context, drafts)
+        verify = replace(batch, num_draft_tokens=0)  # StepSeconds adds its own draft rows
+        expected = model.step_time(batch).total_s
+        seconds = StepSeconds(model, num_draft_tokens=drafts)
+        assert seconds(verify) == expected  # new chunks: no plan
+        assert not seconds._plans
+        assert seconds(verify) == expected  # met again: a plan
+        assert len(seconds._plans) == 1
+        assert seconds(verify) == expected  # the plan, cached

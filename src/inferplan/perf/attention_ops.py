@@ -58,21 +58,36 @@ def attention_ops(
     shape: tuple[int, int, int],
     kv_bytes: float,
     rates: AttentionRates,
+    parts: str = "both",
 ) -> list[Op]:
     """Attention operators for ``count`` layers of ``att``; ``shape`` is (tp, micro-batches,
-    attention-DP ranks), ``kv_bytes`` the KV cache's bytes per value."""
+    attention-DP ranks), ``kv_bytes`` the KV cache's bytes per value. ``parts``: "prefill" or
+    "decode" builds the operators of the batch with only its prefill chunks or only its
+    decoding sequences (the other side counted as none; ``perf/attention_pieces.py``'s split)."""
     if att.kind == "none":
         return []
     tp, m, dpa = shape
     share = m * dpa
-    s = _Shares(
-        batch.prefill_tokens / share,
-        batch.num_decode_seqs / share,
-        batch.prefill_attention_pairs / share,
-        batch.prefill_context_tokens / share,
-        batch.num_prefill_seqs / share,
-        share,
-    )
+    if parts == "prefill":
+        s = _Shares(
+            batch.prefill_tokens / share,
+            0.0,
+            batch.prefill_attention_pairs / share,
+            batch.prefill_context_tokens / share,
+            batch.num_prefill_seqs / share,
+            share,
+        )
+    elif parts == "decode":
+        s = _Shares(0.0, batch.num_decode_seqs / share, 0.0, 0.0, 0.0, share)
+    else:
+        s = _Shares(
+            batch.prefill_tokens / share,
+            batch.num_decode_seqs / share,
+            batch.prefill_attention_pairs / share,
+            batch.prefill_context_tokens / share,
+            batch.num_prefill_seqs / share,
+            share,
+        )
     if att.kind == "linear":
         return [_linear_op(att, count, s, tp, rates)]
     heads = att.num_heads / tp

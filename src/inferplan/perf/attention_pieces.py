@@ -82,29 +82,31 @@ class AttentionPieces:
             return (self._piece((i, m, *prefill, *decode), batch, m),)
         prefill_ops = self._cache.get((i, m, *prefill))
         if prefill_ops is None:
-            prefill_ops = self._piece((i, m, *prefill), StepBatch(*prefill), m)
+            prefill_ops = self._piece((i, m, *prefill), batch, m, "prefill")
         decode_ops = self._cache.get((i, m, *decode))
         if decode_ops is None:
-            decode_batch = StepBatch(0, 0.0, 0, 0, n, ctx, batch.num_draft_tokens)
-            decode_ops = self._piece((i, m, *decode), decode_batch, m)
+            decode_ops = self._piece((i, m, *decode), batch, m, "decode")
         return prefill_ops, decode_ops
 
-    def _piece(self, key: tuple[float | bool, ...], batch: StepBatch, m: int) -> Piece:
+    def _piece(
+        self, key: tuple[float | bool, ...], batch: StepBatch, m: int, parts: str = "both"
+    ) -> Piece:
         """The operators under ``key`` (its group, ``m``, then the fields they depend on; the
-        three kinds of key differ in length), built from ``batch`` on a miss."""
+        three kinds of key differ in length), built from ``batch``'s ``parts`` on a miss."""
         cached = self._cache.get(key)
         if cached is None:
-            cached = keep(self._cache, key, self._build(int(key[0]), batch, m), CACHE_SIZE)
+            cached = keep(self._cache, key, self._build(int(key[0]), batch, m, parts), CACHE_SIZE)
         return cached
 
-    def _build(self, i: int, batch: StepBatch, m: int) -> Piece:
+    def _build(self, i: int, batch: StepBatch, m: int, parts: str = "both") -> Piece:
         """Group ``i``'s attention on one device: its micro-batch's share of the batch (and,
         with DP attention, its rank's share); decode terms stay linear in the replica's
-        context."""
+        context. ``parts``: all of the batch, or only its prefill chunks or its decoding
+        sequences (``attention_ops``; no batch of one side is built for it)."""
         layers = self.groups[i]
         shape = (layers.tp, m, layers.dpa)
         ops = attention_ops(
-            layers.attention, layers.count, batch, shape, layers.kv_bytes, self._rates[i]
+            layers.attention, layers.count, batch, shape, layers.kv_bytes, self._rates[i], parts
         )
         return tuple(ops)
 

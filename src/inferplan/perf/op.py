@@ -9,10 +9,15 @@ from dataclasses import dataclass
 ACT_BYTES = 2.0  # bytes of one bf16 activation value
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Op:
     """One operator on one device: FLOPs ``f0 + f1*C``, bytes ``b0 + b1*C`` (C = decode context),
-    achieved at ``flops_s`` and ``bytes_s``. ``count`` repeats it (layers of one shape)."""
+    achieved at ``flops_s`` and ``bytes_s``. ``count`` repeats it (layers of one shape).
+
+    Not frozen, though nothing assigns to an operator once built (the roofline's caches share
+    them): a frozen dataclass sets each field through ``object.__setattr__``, about six times
+    a slotted class's construction, and a step shape never met before builds one to four of
+    them (``perf/step_seconds.py``)."""
 
     name: str
     f0: float

@@ -20,6 +20,12 @@ memory sums operator by operator, the host work hidden behind the GPU's
 the same float; ``tests/perf/test_step_seconds.py`` checks that over random batches of
 several models, windowed ones included. Other models (a measured operator table) are asked
 directly.
+
+A step whose prefill chunks no step had before (above capacity, an admission step's chunks are
+the tails of several prompts: its shape almost never comes back) is not compiled: its pieces'
+operators are evaluated at once (``_direct``), the same floating-point operations in the same
+order, with no terms, plan or cache entry built. Chunks met before (below capacity a prompt's
+chunk comes back beside other decode counts) get a plan, so the shapes that recur keep theirs.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class StepSeconds:
         self._dpa = 1 if roofline is None else roofline.par.attention_dp
         self._plans: dict[tuple[float, ...], _Plan] = {}
         self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
+        self._chunks: dict[tuple[float, ...], bool] = {}  # prefill chunks met (``_is_new_prefill``)
         self._graphs: object = None
 
     def __call__(self, batch: StepBatch) -> float:
@@ -115,6 +122,8 @@ class StepSeconds:
             )
             if roofline is None:
                 return self.model.step_time(batch).total_s
+            if prefill_tokens and self._is_new_prefill(key):
+                return self._direct(roofline, batch)
             plan = self._compile(roofline, batch, key)
         microbatches, terms, communication_s, overhead_s, host, host_overlap = plan
         context = float(decode_context_tokens) / microbatches
@@ -135,6 +144,43 @@ class StepSeconds:
         if host_overlap:  # without an overlap nothing hides: ``hidden_host_s`` would be 0.0
             gpu_s = compute + memory + communication_s
             overhead_s -= hidden_host_s(host, host_overlap, gpu_s)
+        return compute + memory + communication_s + overhead_s
+
+    def _is_new_prefill(self, key: tuple[float, ...]) -> bool:
+        """Whether no step before had these prefill chunks (the key's first four fields), which
+        are then noted. Above capacity an admission step's chunks (several prompts' tails) are
+        almost never met again, so neither is its shape; below capacity a prompt's chunk comes
+        back with other decode counts, and those shapes recur."""
+        chunks = key[:4]
+        if chunks in self._chunks:
+            return False
+        keep(self._chunks, chunks, True, PLAN_CACHE_SIZE)
+        return True
+
+    def _direct(self, model: RooflineModel, batch: StepBatch) -> float:
+        """The batch's seconds from its pieces' operators, with no plan built or kept: a plan's
+        floating-point operations in its order (``_compile``'s terms and ``seconds``' sums), for
+        a shape that is unlikely to come back."""
+        pieces, fixed = model._pieces(batch)
+        m = model.microbatches(batch)
+        factor = model.pipeline_factor(batch)
+        context = float(batch.decode_context_tokens) / m
+        compute = memory = 0.0
+        for piece in pieces:
+            for op in piece:
+                count = op.count
+                compute_s = (op.f0 + op.f1 * context) / op.flops_s * count
+                memory_s = (op.b0 + op.b1 * context) / op.bytes_s * count
+                if compute_s >= memory_s:
+                    compute += compute_s * (factor if op.per_stage else m)
+                else:
+                    memory += memory_s * (factor if op.per_stage else m)
+        communication_s = fixed["communication"] * factor + model.pipeline_sends(batch)
+        overhead_s = fixed["overhead"] * factor
+        host_overlap = model.eff.host_overlap
+        if host_overlap:
+            host = host_s(model.eff, batch, model.par.attention_dp)
+            overhead_s -= hidden_host_s(host, host_overlap, compute + memory + communication_s)
         return compute + memory + communication_s + overhead_s
 
     def _compile(self, model: RooflineModel, batch: StepBatch, key: tuple[float, ...]) -> _Plan:
