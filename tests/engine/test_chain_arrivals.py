@@ -128,7 +128,7 @@ def test_spf_arrivals_stop_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pure_only
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=st.builds(
         lambda base, rate, policy, seed, block, spare, seqs, tokens, reject: replace(
