@@ -42,9 +42,9 @@ def count_chains(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     else 0 (one entry a call)."""
     taken: list[int] = []
 
-    def counting(replica, next_arrival_s, *, preempting):  # type: ignore[no-untyped-def]
+    def counting(replica, next_arrival_s, *, preempting, intake=None):  # type: ignore[no-untyped-def]
         before = int(replica.records.num_preemptions.sum())
-        ran = preemption_chain(replica, next_arrival_s, preempting=preempting)
+        ran = preemption_chain(replica, next_arrival_s, preempting=preempting, intake=intake)
         taken.append(int(ran and replica.records.num_preemptions.sum() > before))
         return ran
 
@@ -73,7 +73,7 @@ TAIL = replace(
 def _fast(case: Case, *, chain: bool, monkeypatch: pytest.MonkeyPatch) -> SimulationResult:
     """A fast run with the chain on, or off (the stepwise fast path)."""
     if not chain:
-        monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
+        monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, **_: False)
     plan, model = _plan_and_model()
     wl = _workload(case)
     res = Simulation(wl, _config(case, wl, plan, exact=False), model).run(

@@ -223,7 +223,7 @@ def test_the_vector_preemption_step_runs_on_own_blocks(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(ownsteps, "own_block_preemption_step", counted)
     # Stepwise (chains, ``engine/chain.py``, take these steps in their own pass).
-    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
+    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, **_: False)
     wl, cfg = _overloaded()
     counted_run = _run(with_own_blocks(wl), cfg)
     assert sum(ran) >= 10

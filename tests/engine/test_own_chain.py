@@ -24,9 +24,7 @@ def _own_run(case: Case, *, exact: bool = False, chain: bool = True) -> Simulati
     wl = with_own_blocks(_workload(case))
     with pytest.MonkeyPatch.context() as monkeypatch:
         if not chain:
-            monkeypatch.setattr(
-                simulator_module, "preemption_chain", lambda r, t, *, preempting: False
-            )
+            monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, **_: False)
         res = Simulation(wl, _own_config(case, wl, exact=exact), _plan_and_model()[1]).run(
             check=lambda replica: replica.check_invariants()
         )

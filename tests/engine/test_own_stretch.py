@@ -89,7 +89,7 @@ OVERLOADED = replace(
 
 def _no_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stretches and preemption steps one at a time (``engine/chain.py`` off)."""
-    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, *, preempting: False)
+    monkeypatch.setattr(simulator_module, "preemption_chain", lambda r, t, **_: False)
 
 
 def _advances(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[SimulationResult, int]:

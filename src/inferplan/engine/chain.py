@@ -37,6 +37,7 @@ path runs as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,18 +53,30 @@ from inferplan.memory.ownblocks import OwnBlocks
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
+# ``Simulation._chain_arrivals``: given the chain's clock, route the arrivals due then as the
+# event loop does and return the next one's bound (its time less ``same_time_s``), or None,
+# having done nothing, where none is due.
+Intake = Callable[[float], "float | None"]
+
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED, _GENERATED, _TARGET = 1, 3, 4
 FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 
 
-def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: bool) -> bool:
+def preemption_chain(
+    replica: Replica,
+    next_arrival_s: float,
+    *,
+    preempting: bool,
+    intake: Intake | None = None,
+) -> bool:
     """In place of ``Simulation._advance``'s loop of stretches and preemption steps, from its
     start (``preempting`` False: a stretch comes first) or from a preemption step: run the
     chain up to the point where that loop returns (a finish, the arrival bound, a head that
     can join, a stretch cut by its step-time line). False, having done nothing, where the
     chain does not apply, or (from a stretch) where the pool lasts a round of block crossings,
-    so that the stretch is unlikely to end in a preemption (below capacity)."""
+    so that the stretch is unlikely to end in a preemption (below capacity). ``intake``: the
+    event loop's arrivals, where the chain may take them in at its bound (``_Chain.run``)."""
     if not preempting and replica.pool.free >= len(replica.running):
         return False
     if not _applies(replica):
@@ -71,6 +84,8 @@ def preemption_chain(replica: Replica, next_arrival_s: float, *, preempting: boo
     chain = _Chain(replica)
     if not chain.is_consistent(preempting):
         return False
+    if intake is not None and replica.waiting.policy == "fcfs":
+        chain.intake = intake
     chain.run(next_arrival_s, preempting)
     return True
 
@@ -136,6 +151,8 @@ class _Chain:
         self.itl_series: list[tuple[float, float, int, float]] = []
         # Own blocks (``engine/ownchain.py``): the prefix cache's LRU list along the chain.
         self.own = OwnLru(r) if r.pool.cache is not None else None
+        # The event loop's arrivals, where the chain may take them in (``preemption_chain``).
+        self.intake: Intake | None = None
 
     def is_consistent(self, preempting: bool) -> bool:
         """Each row holds exactly its KV's blocks, and if ``preempting`` the next step is a
@@ -147,36 +164,62 @@ class _Chain:
     # ---- the chain --------------------------------------------------------------------------
 
     def run(self, next_arrival_s: float, preempting: bool) -> None:
-        """Preemption steps and stretches, as ``Simulation._advance``'s loop takes them."""
+        """Preemption steps and stretches, as ``Simulation._advance``'s loop takes them (with
+        ``intake``, across the arrivals it takes in at the bound: ``_arrivals_in``)."""
         r = self.r
         while True:
-            if preempting and self._preemption_step(next_arrival_s):
-                return
+            if preempting:
+                bound = self._preemption_step(next_arrival_s)
+                if bound is None:
+                    return
+                next_arrival_s = bound
             preempting = True
             k, a, b, pool_bound = self._stretch_steps(next_arrival_s)
             if k > 0:
                 self._segment(k, a, b, self._context())
             if not pool_bound:
+                if k > 0 and not self.finished:
+                    bound = self._arrivals_in()
+                    if bound is not None and not self._head_can_join():
+                        # The loop would start a chain here, with a stretch (or, the pool
+                        # full, ``preemption_chain``'s own first stretch): the same one.
+                        next_arrival_s, preempting = bound, False
+                        continue
                 self._commit()
                 if k == 0:
                     r.step()
                 return
 
-    def _preemption_step(self, next_arrival_s: float) -> bool:
-        """``preempting_decode_step`` and the loop's checks after it; True where the loop
-        returns (the chain is committed then)."""
+    def _preemption_step(self, next_arrival_s: float) -> float | None:
+        """``preempting_decode_step`` and the loop's checks after it: the bound to go on with,
+        or None where the loop returns (the chain is committed then)."""
         r = self.r
         self._preempt_victims()
         if self.p == 0:  # nothing left to run: the loop's ``can_stretch`` fails
             self._commit()
-            return True
+            return None
         context = self._context()
         a, b, _ = r.model.decode_line(self.p, context)
         self._segment(1, a + 0.0, b, context)  # the preemption step (no swap time)
+        if not self.finished and self.now >= next_arrival_s:
+            bound = self._arrivals_in()
+            if bound is not None:
+                next_arrival_s = bound  # the loop's next advance: ``can_stretch`` asks first
         if self.finished or self.now >= next_arrival_s or self._head_can_join():
             self._commit()
-            return True
-        return False
+            return None
+        return next_arrival_s
+
+    def _arrivals_in(self) -> float | None:
+        """At the end of a segment, where the event loop would take the arrivals due now: take
+        them in (``Intake``) and return the next arrival's bound, where they cannot change the
+        batch: they join the tail of a non-empty FCFS queue (its head, the only request
+        ``_head_can_join`` and the stretches read, stays). None where no arrival is due, or the
+        loop must see it (the chain is then committed as before)."""
+        intake = self.intake
+        if intake is None or not self.r.waiting.tokens:
+            return None
+        return intake(self.now)
 
     def _preempt_victims(self) -> None:
         """The preemption step's running pass: pop the last rows while the rest cannot all get

@@ -123,10 +123,11 @@ class Simulation:
         self.own_arrivals = self._own_arrivals()
         self._fuse_advances = self._fuses_advances()
         self._chains = self._chains_apply()
-        # Set by ``run``: whether a fused advance collects finishes itself (``_advance``), and
-        # the progress callback it reports them to.
+        # Set by ``run``: whether a fused advance collects finishes itself (``_advance``), the
+        # progress callback it reports them to, and the arrivals a chain may take in then.
         self._collects_finishes = False
         self._on_progress: Callable[[int], None] | None = None
+        self._intake: Callable[[float], float | None] | None = None
 
     def _is_plain(self, replica: Replica) -> bool:
         """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
@@ -226,9 +227,11 @@ class Simulation:
         # ``_advance_once``'s choice, made once: a plain replica stays plain
         advance = self._advance_plain if replica.is_plain else self._advance_once
         while True:
-            steps, now = replica.num_steps, replica.now
+            steps, now, requested = replica.num_steps, replica.now, self.next_request
             advance(replica, next_arrival_s)
             after_arrival, arrived = arrived, False
+            if self.next_request != requested:  # a chain took arrivals in (``_chain_arrivals``)
+                next_arrival_s, arrived = self._next_arrival_s(), True
             if not self._fuse_advances:
                 return
             # ``has_work``, its usual yes without the call
@@ -250,13 +253,30 @@ class Simulation:
                     return  # the loop sees the arrival first
                 # The loop would route the arrivals now due to this replica and pick it again:
                 # the same ``_arrive`` here (``_fuses_advances``: the class's own client).
-                before = self.num_done
-                while next_arrival_s <= replica.now + 1e-9 * (replica.now + 1.0):
-                    self._arrive(next_arrival_s)
-                    next_arrival_s = self._next_arrival_s()
-                if on_progress is not None and self.num_done > before:
-                    on_progress(self.num_done - before)
-                arrived = True
+                next_arrival_s, arrived = self._arrive_due(next_arrival_s, replica.now), True
+
+    def _arrive_due(self, next_arrival_s: float, now: float) -> float:
+        """``_arrive`` of each arrival due at ``now`` (within ``same_time_s``), from the next
+        one, ``next_arrival_s``, on, as the loop takes them; the next arrival's time after."""
+        before = self.num_done
+        while next_arrival_s <= now + 1e-9 * (now + 1.0):  # ``same_time_s``
+            self._arrive(next_arrival_s)
+            next_arrival_s = self._next_arrival_s()
+        if self._on_progress is not None and self.num_done > before:
+            self._on_progress(self.num_done - before)
+        return next_arrival_s
+
+    def _chain_arrivals(self, now: float) -> float | None:
+        """For a chain at ``now`` (``engine/chain.py``, ``Intake``; set by ``run`` where
+        ``_advance`` collects and routes by itself): ``_advance``'s arrivals when one is due
+        then, and the next one's bound as ``_advance_plain`` makes it; None if none is due."""
+        next_arrival_s = self._next_arrival_s()
+        if not next_arrival_s <= now + 1e-9 * (now + 1.0):
+            return None
+        next_arrival_s = self._arrive_due(next_arrival_s, now)
+        if next_arrival_s < math.inf:
+            next_arrival_s -= 1e-9 * (next_arrival_s + 1.0)
+        return next_arrival_s
 
     def _fuses_advances(self) -> bool:
         """Whether ``_advance`` may run several advances per call: fast mode, one replica (the
@@ -306,15 +326,23 @@ class Simulation:
             return
         self._stretch_chain(replica, next_arrival_s, chain)
 
-    def _stretch_chain(self, replica: Replica, next_arrival_s: float, chain: bool) -> None:
+    def _stretch_chain(
+        self,
+        replica: Replica,
+        next_arrival_s: float,
+        chain: bool,
+        intake: Callable[[float], float | None] | None = None,
+    ) -> None:
         """Stretches joined by the preemption steps that end them (or, where ``chain``, their
-        closed form, ``engine/chain.py``), until a finish, the bound ``next_arrival_s`` or a
-        batch change."""
+        closed form, ``engine/chain.py``, taking arrivals in through ``intake``), until a
+        finish, the bound ``next_arrival_s`` or a batch change."""
         stretches = replica.stretches
         # ``preemption_chain`` declines a first stretch while the pool lasts a round of
         # crossings: that test here saves its call on every stretch below capacity.
         first_chain = chain and replica.pool.free_blocks < replica.running._size
-        if first_chain and preemption_chain(replica, next_arrival_s, preempting=False):
+        if first_chain and preemption_chain(
+            replica, next_arrival_s, preempting=False, intake=intake
+        ):
             return  # the loop below, at once
         while True:
             k, pool_bound = stretches.stretch(next_arrival_s)
@@ -322,7 +350,7 @@ class Simulation:
                 if k == 0:
                     replica.step()
                 return
-            if preemption_chain(replica, next_arrival_s, preempting=True):
+            if preemption_chain(replica, next_arrival_s, preempting=True, intake=intake):
                 return  # the preemption steps and stretches to this loop's end, at once
             stretches.preempting_decode_step()
             if replica.on_finish or replica.now >= next_arrival_s or not stretches.can_stretch():
@@ -344,7 +372,7 @@ class Simulation:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
         if next_arrival_s < math.inf:  # a step starting within rounding of it sees it
             next_arrival_s -= 1e-9 * (next_arrival_s + 1.0)  # ``same_time_s``
-        self._stretch_chain(replica, next_arrival_s, self._chains)
+        self._stretch_chain(replica, next_arrival_s, self._chains, self._intake)
 
     def _chains_apply(self) -> bool:
         """Whether stretches and preemption steps may run as chains (``engine/chain.py``; a
@@ -405,6 +433,8 @@ class Simulation:
         # per-advance ``check``.
         self._collects_finishes = self.cfg.max_concurrency is None and check is None
         self._on_progress = on_progress
+        fused = self._fuse_advances and self._collects_finishes
+        self._intake = self._chain_arrivals if fused else None
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()
