@@ -75,11 +75,12 @@ def _plan(max_seqs: int, max_tokens: int):  # type: ignore[no-untyped-def]
 
 
 def test_steady_state_counts_waves_of_prefill_and_decode_steps() -> None:
-    """ISL 100, OSL 10, 40 requests, 8 at a time, 4 prompts per 400-token step: 2 steps fill
+    """ISL 100, OSL 10, 40 requests, 8 at a time, 4 prompts per 408-token step (beside the 8
+    slots' decodes, one token each): 2 steps fill
     the slots, each group's slots are refilled as it finishes (8 more prefill steps), 5 x 8
     steps decode all 8, and 1 step decodes the last group's last token: 51 s for 400 output
     tokens (not 5 waves of 2 + 9 steps, 55 s, where a wave's slots wait for its last request)."""
-    out, req = steady_state_throughput(_plan(8, 400), _OneSecondSteps(), 100, 10, 40) or (0, 0)
+    out, req = steady_state_throughput(_plan(8, 408), _OneSecondSteps(), 100, 10, 40) or (0, 0)
     assert out == pytest.approx(400 / 51)
     assert req == pytest.approx(40 / 51)
 

@@ -1,6 +1,11 @@
 """The closed-form prediction of ``trtllm-bench``'s offline fixed-length runs (moved from
 ``published_runs.py``, whose docstring describes it): ``B`` sequence slots kept full, each
-request a prefill step plus ``OSL - 1`` decode steps, from the step-time model."""
+request a prefill step plus ``OSL - 1`` decode steps, from the step-time model.
+
+How many prompts a step admits follows TensorRT-LLM's micro-batch scheduler
+(``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp``): every generation request in the
+step takes one token of ``max_num_tokens`` and each context request its prompt, so the prompts
+share the budget with the decodes they run beside (``admitted_per_step``)."""
 
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.protocol import StepTimeModel
 
 
-def _prefill_batch(num: int, tokens: int, decodes: int, context: int) -> StepBatch:
+def _prefill_batch(num: float, tokens: int, decodes: int, context: int) -> StepBatch:
+    """A step with ``num`` prompts' worth of prefill (a mean: chunks of a prompt count their
+    share of its tokens and of its causal attention pairs) beside ``decodes`` decodes."""
     return StepBatch(
-        prefill_tokens=num * tokens,
+        prefill_tokens=round(num * tokens),
         prefill_attention_pairs=num * chunk_attention_pairs(tokens, 0),
-        num_prefill_seqs=num,
+        num_prefill_seqs=max(1, round(num)),
         num_decode_seqs=decodes,
         decode_context_tokens=decodes * context,
     )
@@ -25,28 +32,50 @@ def _decode_batch(rows: int, context: int) -> StepBatch:
     return StepBatch(num_decode_seqs=rows, decode_context_tokens=rows * context)
 
 
+def admitted_per_step(budget: int, isl: int, osl: int, batch: int) -> float:
+    """The mean prompts a step admits while the run is in flight: TensorRT-LLM's micro-batch
+    scheduler charges each generation request one token of ``max_num_tokens`` (``budget``)
+    before it places a prompt, so ``k`` prompts fit beside the ``S - k`` slots decoding when
+    ``(S - k) + k ISL <= budget``, with ``S = min(batch, k OSL)`` busy slots (a request holds its
+    slot ``OSL`` steps). Prompt-bound (``k OSL <= batch``): ``k = budget / (ISL + OSL - 1)``;
+    slot-bound: ``k = (budget - batch) / (ISL - 1)``; a fractional ``k`` is the mean over steps
+    that admit ``floor(k)`` or ``ceil(k)`` whole prompts, at most ``budget // ISL``.
+    ``trtllm-bench`` raises ``max_num_tokens`` to ``ISL + max_batch_size``
+    (``plan/trtllm_bench.py``), so at least one prompt always fits beside a full batch. (With
+    chunked context, ``trtllm-bench``'s default from the v1.1 documentation revision on, the
+    leftover budget takes part of a prompt: the same means, since the raised budget leaves
+    less than one prompt's worth over; not modelled apart.)"""
+    whole = float(budget // isl)
+    prompt_bound = budget / (isl + osl - 1)
+    if prompt_bound * osl <= batch or isl <= 1:
+        return min(whole, prompt_bound)
+    return min(whole, max(1.0, (budget - batch) / (isl - 1)))
+
+
 def schedule(
-    batch: int, per_step: int, osl: int, requests: int
+    batch: int, per_step: float, osl: int, requests: int
 ) -> dict[str, tuple[int, float, float]]:
     """The run's steps in four classes, each ``(steps, prompts, decode rows)`` per step (means):
     ``ramp``, the prefill steps that first fill the slots; ``refill``, the prefill steps that
     admit a queued request into the slots a finished group left; ``full``, the decode steps with
     every slot decoding; ``drain``, the decode steps after the last refill, as slots empty.
 
-    ``k = min(per_step, batch)`` prompts enter a step (``max_num_tokens // ISL``) and a request
+    ``k = min(per_step, batch)`` prompts enter a step (``admitted_per_step``) and a request
     holds its slot for ``osl`` steps (its prefill step, then ``osl - 1`` decodes), so at most
     ``k * osl`` slots are ever busy: ``B = min(batch, k * osl)`` of them in ``G = ceil(B / k)``
-    groups, a group's slots refilled ``osl`` steps after it entered. With ``requests = W B + r``:
-    ``G`` ramp steps, ``ceil((requests - B) / k)`` refill steps, ``W (osl - G)`` full steps, and
+    equal groups of ``B / G`` (a fractional ``k`` is a mean over steps), a group's slots
+    refilled ``osl`` steps after it entered. With ``requests = W B + r``: ``G`` ramp steps,
+    ``ceil((requests - B) G / B)`` refill steps, ``W (osl - G)`` full steps, and
     a drain of ``G - 1`` steps (``r = 0``) or ``osl - 1`` (the last refill's requests decode
     alone). Every request decodes ``osl - 1`` times, the decodes of the prefill steps among them:
     the rows of all classes sum to ``requests * (osl - 1)``."""
     k = min(per_step, batch)
-    slots = min(batch, k * osl)
+    slots = min(batch, max(1, math.floor(k * osl)))
     groups = math.ceil(slots / k)
+    k = slots / groups  # the slots fill in equal groups
     waves, rest = divmod(requests, slots)
-    refills = math.ceil((requests - slots) / k)
-    ramp = (groups, slots / groups, k * (groups - 1) / 2)
+    refills = math.ceil((requests - slots) * groups / slots)
+    ramp = (groups, k, k * (groups - 1) / 2)
     refill = (refills, (requests - slots) / max(refills, 1), float(slots - k))
     full = (waves * max(osl - groups, 0), 0.0, float(slots))
     drain_steps = osl - 1 if rest else groups - 1
@@ -57,7 +86,11 @@ def schedule(
 
 
 def steady_state_throughput(
-    plan: MemoryPlan, step: StepTimeModel, isl: int, osl: int, num_requests: int
+    plan: MemoryPlan,
+    step: StepTimeModel,
+    isl: int,
+    osl: int,
+    num_requests: int,
 ) -> tuple[float, float] | None:
     """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits.
 
@@ -79,8 +112,9 @@ def steady_state_throughput(
     batch = min(cfg.max_num_seqs * pp, num_requests, plan.num_blocks // blocks_per_request)
     if batch < 1:
         return None
-    per_step = max(1, min(batch, pp * (cfg.max_num_batched_tokens // max(isl, 1))))
-    steps = schedule(batch, per_step, osl, num_requests)
+    budget = pp * cfg.max_num_batched_tokens
+    per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
+    steps = schedule(batch, max(per_step, 1.0), osl, num_requests)
     mean = isl + osl // 2
     total_s = 0.0
     for name, (count, prompts, rows) in steps.items():
@@ -89,7 +123,7 @@ def steady_state_throughput(
         # The decodes of the steps that fill the slots have just begun: ISL + 1 tokens each.
         context = isl + 1 if name == "ramp" else mean
         if prompts > 0:
-            batch_of = _prefill_batch(round(prompts), isl, round(rows), context)
+            batch_of = _prefill_batch(prompts, isl, round(rows), context)
         else:
             batch_of = _decode_batch(max(1, round(rows)), context)  # a step decodes one at least
         total_s += count * step.step_time(batch_of).total_s
