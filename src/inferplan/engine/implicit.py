@@ -97,20 +97,25 @@ class ImplicitRows:
 
     def learn(self) -> None:
         """Bring the scalars up to date with every row (those appended since, or all)."""
-        run = self.run
-        size, start = run._size, self.known_rows
+        self.learn_first(self.run._size)
+
+    def learn_first(self, rows: int) -> None:
+        """The scalars of rows ``[0, rows)`` only (``engine/chunk_step.py``: the decoders in
+        front of a prefilling last row, which the scalars then leave out)."""
+        if self.known_rows > rows:
+            self.known_rows = 0
+        start = self.known_rows
         if start == 0:  # forgotten (or never known): from nothing
             self._reset()
-        if start == size:
+        if start == rows:
             return
-        ints = run._ints
-        if size - start >= _VECTOR_ROWS:
-            self._learn_rows(start, size)
+        if rows - start >= _VECTOR_ROWS:
+            self._learn_rows(start, rows)
             return
-        computed = ints[_COMPUTED, start:size].tolist()
-        keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
-        held = ints[_HELD, start:size].tolist()
-        self._add_rows(computed, keys, held)
+        ints = self.run._ints
+        computed = ints[_COMPUTED, start:rows].tolist()
+        keys = (ints[_TARGET, start:rows] - ints[_GENERATED, start:rows]).tolist()
+        self._add_rows(computed, keys, ints[_HELD, start:rows].tolist())
 
     def learn_row(self, computed: int, key: int, held: int) -> None:
         """``learn_rows`` of one row, in scalars (the same integers and heap)."""
@@ -201,6 +206,10 @@ class ImplicitRows:
         """``min(target - num_generated)`` over the rows (there is at least one)."""
         if self.known_rows != self.run._size or not self.known_rows:
             self.learn()
+        return self.fewest_known_left()
+
+    def fewest_known_left(self) -> int:
+        """``fewest_left`` over the known rows only (there is at least one), learning none."""
         due, gone = self.due, self.gone
         while gone and due[0] in gone:
             key = heapq.heappop(due)
@@ -285,9 +294,9 @@ class ImplicitRows:
         self.held_rows = held_rows
         self.pending = True
 
-    def emitted(self, now: float) -> None:
-        """Every row emitted its last token at ``now``."""
-        self.time_rows, self.time_s = self.run._size, now
+    def emitted(self, now: float, rows: int | None = None) -> None:
+        """Every row (or rows ``[0, rows)``) emitted its last token at ``now``."""
+        self.time_rows, self.time_s = self.run._size if rows is None else rows, now
         self.pending = True
 
     def leave(self, row: int, stored: list[int] | None = None) -> None:
