@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.engine import chunk_step, replica
+from inferplan.engine import chunk_step, implicit_step, replica
 from inferplan.engine.simulator import Simulation, SimulationResult
 from native_mode import pure_only
 
@@ -33,7 +33,8 @@ CHUNKED = replace(
 def _fast(
     case: Case, *, closed: bool, columns: bool = False, check: bool = False
 ) -> tuple[SimulationResult, int]:
-    """A fast run with the chunk step (and how many steps took it), or with the general path
+    """A fast run with the chunk step and the vector step's emission of a prefilling
+    admitted row (and how many steps took them), or with the general path and column form
     only; ``columns``: the chunk step finishes every step in column form; ``check``: the
     invariants after every step."""
     taken = [0]
@@ -43,12 +44,20 @@ def _fast(
         taken[0] += ran
         return ran
 
+    def counting_admitted(*args):  # type: ignore[no-untyped-def]
+        ran = chunk_step.emit_admitted(*args)
+        taken[0] += ran
+        return ran
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(replica, "chunk_step", counting if closed else lambda r: False)
+        patch.setattr(
+            implicit_step, "emit_admitted", counting_admitted if closed else lambda *a: False
+        )
         if columns:
             patch.setattr(
-                chunk_step, "_emit", lambda r, last, chunks, *rest: chunk_step._column_finish(
-                    r, last, chunks, rest[-1]
+                chunk_step, "_emit", lambda r, last, after, duration: chunk_step._column_finish(
+                    r, last, [row[3] for row in after], duration
                 ),
             )  # fmt: skip
         plan, model = _plan_and_model()

@@ -87,7 +87,45 @@ def chunk_step(r: Replica) -> bool:
     if start != now - duration:  # gaps not one step long in floats: the column form
         _column_finish(r, last, chunks, duration)
         return True
-    _emit(r, last, chunks, appended, computed, generated, duration)
+    after = [(last, computed, generated, chunk), *_admitted(last + 1, chunks[1:], appended, lag)]
+    _emit(r, last, after, duration)
+    return True
+
+
+def _admitted(
+    first_row: int, chunks: list[int], appended: list[tuple[int, ...]], lag: int
+) -> list[tuple[int, int, int, int]]:
+    """The admitted rows as ``_emit`` takes them: row, computed and generated tokens, chunk."""
+    return [
+        (first_row + i, stored[_COMPUTED] + lag, stored[_GENERATED] + lag, chunk)
+        for i, (stored, chunk) in enumerate(zip(appended, chunks, strict=True))
+    ]
+
+
+def emit_admitted(
+    r: Replica,
+    n: int,
+    chunks: list[int],
+    appended: list[tuple[int, ...]],
+    start: float,
+    duration: float,
+) -> bool:
+    """The emission of ``implicit_step``'s vector step where the last admitted row prefills
+    on (its prompt cut by the budget): the ``n`` old rows decoded and emitted at ``start``, the
+    admitted ones were appended then (``appended``, their chunks). False, having done nothing,
+    where a gap is not one step long in floats or the scalars are not the old rows' (the caller
+    then writes the columns)."""
+    rows = r.running.rows
+    if start != r.now - duration or rows.known_rows != n or rows.held_rows > n:
+        return False
+    if n and not _emitted_at(r, n, start):
+        return False
+    lag = rows.lag
+    after = _admitted(n, chunks, appended, lag)
+    for stored, (_, computed, _, chunk) in zip(appended[:-1], after[:-1], strict=True):
+        if computed + chunk != stored[_TOKENS] + lag:
+            return False  # only the last admitted may prefill on
+    _emit(r, n, after, duration)
     return True
 
 
@@ -114,44 +152,41 @@ def _decoders_ready(r: Replica, last: int) -> bool:
         rows.learn_first(last)
         if not rows.ceil_held:
             return False
-        if rows.time_rows < last:
-            if rows.time_rows and rows.time_s != r.now:
-                return False
-            if not (run._times[rows.time_rows : last] == r.now).all():
-                return False
-            rows.emitted(r.now, last)
-    return rows.time_s == r.now
+    return _emitted_at(r, last, r.now)
 
 
-def _emit(
-    r: Replica,
-    last: int,
-    chunks: list[int],
-    appended: list[tuple[int, ...]],
-    computed: int,
-    generated: int,
-    duration: float,
-) -> None:
-    """The step's tokens, records and implicit state where every row that emits had its last
-    token at the step's start, except the prefilling row (its own last token time)."""
+def _emitted_at(r: Replica, n: int, start: float) -> bool:
+    """Rows ``[0, n)`` all emitted their last token at ``start`` (their lazy time set to it
+    where the columns say so)."""
+    run, rows = r.running, r.running.rows
+    if rows.time_rows < n:
+        if rows.time_rows and rows.time_s != start:
+            return False
+        if not (run._times[rows.time_rows : n] == start).all():
+            return False
+        rows.emitted(start, n)
+    return rows.time_s == start
+
+
+def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duration: float) -> None:
+    """The step's tokens, records and implicit state where the decoders (rows ``[0, last)``)
+    and every other row that emits had their last token at the step's start, except a
+    prefilling row (its own last token time). ``after``: the rows after the decoders, in row
+    order (row, computed and generated tokens before the step, chunk); only the last of them
+    may prefill on."""
     run, rows = r.running, r.running.rows
     flat, capacity, lag = run._flat, run._capacity, rows.lag
     now = r.now
     rows.decode(1, rows.hist[-lag % rows.block] if last else 0, last)
     if last:
         rows.itl_mark(duration)  # the decoders' one-step gap
-    # The prefilling row and the admitted ones, in row order: stored columns after the step
-    # (the new lag), whether each emitted, and its gap where it emitted before.
+    # Stored columns after the step (the new lag), whether each row emitted, and its gap
+    # where it emitted before.
     max_itl_s, first_token_s = r.records.max_itl_s, r.records.first_token_s
     num_same, other_gaps = last, []
     learn_computed, learn_keys, learn_held = [], [], []
-    rows_after = [(last, computed, generated, chunks[0])]
-    rows_after += [
-        (last + 1 + i, stored[_COMPUTED] + lag, stored[_GENERATED] + lag, chunks[1 + i])
-        for i, stored in enumerate(appended)
-    ]
     still = None  # the row still prefilling after the step, if any
-    for row, done, emitted_before, chunk in rows_after:
+    for row, done, emitted_before, chunk in after:
         tokens = flat[_TOKENS * capacity + row] + lag
         rid = flat[row]
         if done + chunk < tokens:  # prefills on: it stays the last row, outside the scalars
