@@ -97,7 +97,20 @@ class ImplicitRows:
 
     def learn(self) -> None:
         """Bring the scalars up to date with every row (those appended since, or all)."""
-        self.learn_first(self.run._size)
+        run = self.run
+        size, start = run._size, self.known_rows
+        if start == 0:  # forgotten (or never known): from nothing
+            self._reset()
+        if start == size:
+            return
+        ints = run._ints  # ``_learn_range``, inline: asked after every admission
+        if size - start >= _VECTOR_ROWS:
+            self._learn_rows(start, size)
+            return
+        computed = ints[_COMPUTED, start:size].tolist()
+        keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
+        held = ints[_HELD, start:size].tolist()
+        self._add_rows(computed, keys, held)
 
     def learn_first(self, rows: int) -> None:
         """The scalars of rows ``[0, rows)`` only (``engine/chunk_step.py``: the decoders in
@@ -105,10 +118,13 @@ class ImplicitRows:
         if self.known_rows > rows:
             self.known_rows = 0
         start = self.known_rows
-        if start == 0:  # forgotten (or never known): from nothing
+        if start == 0:
             self._reset()
-        if start == rows:
-            return
+        if start != rows:
+            self._learn_range(start, rows)
+
+    def _learn_range(self, start: int, rows: int) -> None:
+        """The scalars of rows ``[start, rows)`` added to those of the rows before."""
         if rows - start >= _VECTOR_ROWS:
             self._learn_rows(start, rows)
             return
