@@ -115,3 +115,16 @@ def chunked_cases(draw: st.DrawFn) -> Case:
 @given(case=chunked_cases())
 def test_chunk_steps_bit_for_bit(case: Case) -> None:
     _assert_identical(_fast(case, closed=True)[0], _fast(case, closed=False)[0])
+
+
+@pure_only
+def test_one_token_left_after_a_sample_reads_as_a_decode() -> None:
+    # A resumed row cut one token short of its recompute is a decode to ``all_decoding``: the
+    # next step may be a stretch (here a preempting decode step), as after the column form.
+    case = replace(
+        CHUNKED, num_requests=37, max_input=8, max_output=100, request_rate=float("inf"),
+        seed=0, block_size=1, spare_blocks=0, max_num_seqs=8, max_num_batched_tokens=64,
+    )  # fmt: skip
+    closed, taken = _fast(case, closed=True)
+    assert taken > 20
+    _assert_identical(closed, _fast(case, closed=False)[0])

@@ -186,6 +186,7 @@ def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duratio
     num_same, other_gaps = last, []
     learn_computed, learn_keys, learn_held = [], [], []
     still = None  # the row still prefilling after the step, if any
+    still_decodes = False
     for row, done, emitted_before, chunk in after:
         tokens = flat[_TOKENS * capacity + row] + lag
         rid = flat[row]
@@ -194,6 +195,9 @@ def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duratio
             flat[_TOKENS * capacity + row] -= 1
             flat[_GENERATED * capacity + row] -= 1
             still = row
+            # One token left after an earlier sample reads as a decode (``all_decoding``),
+            # which a stretch may take next: leave that answer to ``is_decoding``.
+            still_decodes = done + chunk + 1 == tokens and emitted_before != 0
             continue
         stored_computed = tokens - lag - 1  # tokens and generated + 1 cancel the lag's + 1
         flat[_COMPUTED * capacity + row] = stored_computed
@@ -224,7 +228,7 @@ def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duratio
         r._decoding = True  # every row has sampled and needs one token
     else:
         rows.emitted(now, still)
-        r._decoding = False  # the last row prefills
+        r._decoding = None if still_decodes else False  # False: the last row prefills
     if rows.known_rows and rows.fewest_known_left() <= 0:
         r.finish(rows.finished_rows())
     r.chunk_mark = (r.num_steps, now, run._size)
