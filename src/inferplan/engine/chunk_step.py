@@ -164,7 +164,7 @@ def _emitted_at(r: Replica, n: int, start: float) -> bool:
             return False
         if not (run._times[rows.time_rows : n] == start).all():
             return False
-        rows.emitted(start, n)
+        rows.emitted_first(start, n)
     return rows.time_s == start
 
 
@@ -227,7 +227,7 @@ def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duratio
         rows.emitted(now)
         r._decoding = True  # every row has sampled and needs one token
     else:
-        rows.emitted(now, still)
+        rows.emitted_first(now, still)
         r._decoding = None if still_decodes else False  # False: the last row prefills
     if rows.known_rows and rows.fewest_known_left() <= 0:
         r.finish(rows.finished_rows())

@@ -222,7 +222,14 @@ class ImplicitRows:
         """``min(target - num_generated)`` over the rows (there is at least one)."""
         if self.known_rows != self.run._size or not self.known_rows:
             self.learn()
-        return self.fewest_known_left()
+        due, gone = self.due, self.gone  # ``fewest_known_left``, inline: asked per event
+        while gone and due[0] in gone:
+            key = heapq.heappop(due)
+            if gone[key] == 1:
+                del gone[key]
+            else:
+                gone[key] -= 1
+        return due[0] - self.lag
 
     def fewest_known_left(self) -> int:
         """``fewest_left`` over the known rows only (there is at least one), learning none."""
@@ -310,9 +317,14 @@ class ImplicitRows:
         self.held_rows = held_rows
         self.pending = True
 
-    def emitted(self, now: float, rows: int | None = None) -> None:
-        """Every row (or rows ``[0, rows)``) emitted its last token at ``now``."""
-        self.time_rows, self.time_s = self.run._size if rows is None else rows, now
+    def emitted(self, now: float) -> None:
+        """Every row emitted its last token at ``now``."""
+        self.time_rows, self.time_s = self.run._size, now
+        self.pending = True
+
+    def emitted_first(self, now: float, rows: int) -> None:
+        """Rows ``[0, rows)`` emitted their last token at ``now`` (the others' times written)."""
+        self.time_rows, self.time_s = rows, now
         self.pending = True
 
     def leave(self, row: int, stored: list[int] | None = None) -> None:
