@@ -103,7 +103,7 @@ class ImplicitRows:
             self._reset()
         if start == size:
             return
-        ints = run._ints
+        ints = run._ints  # ``_learn_range``, inline: asked after every admission
         if size - start >= _VECTOR_ROWS:
             self._learn_rows(start, size)
             return
@@ -111,6 +111,27 @@ class ImplicitRows:
         keys = (ints[_TARGET, start:size] - ints[_GENERATED, start:size]).tolist()
         held = ints[_HELD, start:size].tolist()
         self._add_rows(computed, keys, held)
+
+    def learn_first(self, rows: int) -> None:
+        """The scalars of rows ``[0, rows)`` only (``engine/chunk_step.py``: the decoders in
+        front of a prefilling last row, which the scalars then leave out)."""
+        if self.known_rows > rows:
+            self.known_rows = 0
+        start = self.known_rows
+        if start == 0:
+            self._reset()
+        if start != rows:
+            self._learn_range(start, rows)
+
+    def _learn_range(self, start: int, rows: int) -> None:
+        """The scalars of rows ``[start, rows)`` added to those of the rows before."""
+        if rows - start >= _VECTOR_ROWS:
+            self._learn_rows(start, rows)
+            return
+        ints = self.run._ints
+        computed = ints[_COMPUTED, start:rows].tolist()
+        keys = (ints[_TARGET, start:rows] - ints[_GENERATED, start:rows]).tolist()
+        self._add_rows(computed, keys, ints[_HELD, start:rows].tolist())
 
     def learn_row(self, computed: int, key: int, held: int) -> None:
         """``learn_rows`` of one row, in scalars (the same integers and heap)."""
@@ -201,6 +222,17 @@ class ImplicitRows:
         """``min(target - num_generated)`` over the rows (there is at least one)."""
         if self.known_rows != self.run._size or not self.known_rows:
             self.learn()
+        due, gone = self.due, self.gone  # ``fewest_known_left``, inline: asked per event
+        while gone and due[0] in gone:
+            key = heapq.heappop(due)
+            if gone[key] == 1:
+                del gone[key]
+            else:
+                gone[key] -= 1
+        return due[0] - self.lag
+
+    def fewest_known_left(self) -> int:
+        """``fewest_left`` over the known rows only (there is at least one), learning none."""
         due, gone = self.due, self.gone
         while gone and due[0] in gone:
             key = heapq.heappop(due)
@@ -288,6 +320,11 @@ class ImplicitRows:
     def emitted(self, now: float) -> None:
         """Every row emitted its last token at ``now``."""
         self.time_rows, self.time_s = self.run._size, now
+        self.pending = True
+
+    def emitted_first(self, now: float, rows: int) -> None:
+        """Rows ``[0, rows)`` emitted their last token at ``now`` (the others' times written)."""
+        self.time_rows, self.time_s = rows, now
         self.pending = True
 
     def leave(self, row: int, stored: list[int] | None = None) -> None:

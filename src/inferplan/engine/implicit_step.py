@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.chunk_step import emit_admitted
 from inferplan.engine.stepshape import step_shape
 from inferplan.memory.ownblocks import OwnBlocks
 
@@ -95,6 +96,8 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     ends = [o + q for o, q in zip(hits, chunks, strict=True)]
     whole = ends == [t + lag for t in admitted[_TOKENS]]  # every prompt done: all emit
     resumed = [rid for rid, g in zip(admitted[_ID], admitted[_GENERATED], strict=True) if g + lag]
+    if not whole and emit_admitted(r, n, chunks, appended, start, duration):
+        return True  # the last admitted prefills on (``chunk_step.py``)
     if not whole or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
         _general_emit(r, n, ends, duration)
         return True
@@ -170,6 +173,8 @@ def _admit_one(
     r.now = now = start + duration
     r.num_steps += 1
     end = hit + chunk
+    if end != tokens + lag and emit_admitted(r, n, [chunk], [stored], start, duration):
+        return  # it prefills on (``chunk_step.py``)
     resumed = generated + lag != 0  # a first token unless it emitted one before preemption
     if end != tokens + lag or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
         _general_emit(r, n, [end], duration)

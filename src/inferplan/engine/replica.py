@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inferplan.engine.chunk_step import chunk_step
 from inferplan.engine.implicit_step import implicit_decode_and_admit_step
 from inferplan.engine.offload import KvOffload
 from inferplan.engine.policies import WaitingQueue
@@ -145,6 +146,9 @@ class Replica:
         # Whether every running row is a pure decode (None: unknown since the last exact step).
         # Stretches and preemption steps keep it true; only an exact step can change it.
         self._decoding: bool | None = None
+        # (steps, clock, rows) after ``chunk_step`` left a prefilling last row: its decoders'
+        # scalars and token time still hold where nothing ran since (``engine/chunk_step.py``).
+        self.chunk_mark: tuple[int, float, int] | None = None
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )
@@ -223,7 +227,7 @@ class Replica:
         """Schedule and run one engine step; advance ``now`` by its time."""
         if self.offload is not None:
             self.offload.begin_step(self)
-        if self._decode_and_admit_step():
+        if self._decode_and_admit_step() or (self.offload is None and chunk_step(self)):
             return
         self._run(self.scheduler.schedule(self.now))
         self._decoding = None
