@@ -366,21 +366,25 @@ def fit(
     steps: int,
     only: set[str] | None = None,
     served: Served | None = None,
+    owners: set[str] | None = None,
 ) -> Constants:
     """Block coordinate descent: each release's host costs on its rows, then each family's
     fractions on its rows, ``rounds`` times. ``only``: just those families' fractions, every
     other constant as ``start`` has it. ``served``: the served runs' rows join each block's
-    loss (their release's or GPU family's), linearised."""
+    loss (their release's or GPU family's), linearised. ``owners``: just these families' and
+    releases' constants."""
     constants = start
     for _ in range(rounds):
         for release in sorted(constants.costs) if only is None else []:
+            if owners is not None and release not in owners:
+                continue
             mine = [r for r in rows if engine_release(r) == release]
             part = served.block(_of_release(release)) if served else None
             if mine or part:
                 setter = _set_release(release)
                 constants = _descend(mine, constants, COST_BOUNDS, setter, steps, part)
         for family in sorted(constants.family):
-            if only is not None and family not in only:
+            if (only is not None and family not in only) or (owners and family not in owners):
                 continue
             mine = [r for r in rows if family_of(r) == family]
             part = served.block(_of_family(family)) if served else None
@@ -439,11 +443,13 @@ def _joint_fold(
     start: Constants,
     rounds: int,
     steps: int,
+    owners: set[str] | None = None,
 ) -> tuple[list[RowResult], list[RowResult]]:
     """A fold's held-out closed-form rows (closed form) and served rows (simulated) with the
-    constants fitted on the other configurations' rows of both."""
+    constants fitted on the other configurations' rows of both (``owners``: only theirs)."""
     train = [r for r in rows if r.case_id not in held]
-    fitted = fit(train, start, rounds, steps, None, served.subset(lambda r: r.case_id not in held))
+    part = served.subset(lambda r: r.case_id not in held)
+    fitted = fit(train, start, rounds, steps, None, part, owners)
     test = [r for r in rows if r.case_id in held]
     return predict(test, fitted), predict_served(
         [r for r in served.rows if r.case_id in held], fitted
@@ -458,10 +464,12 @@ def joint_cross_validate(
     rounds: int,
     steps: int,
     jobs: int = 1,
+    owners: set[str] | None = None,
 ) -> tuple[list[RowResult], list[RowResult]]:
     """Out-of-fold predictions of the closed-form and the served rows (``joint_folds``)."""
     args = [
-        (rows, served, held, start, rounds, steps) for held in joint_folds(rows, served.rows, k)
+        (rows, served, held, start, rounds, steps, owners)
+        for held in joint_folds(rows, served.rows, k)
     ]
     closed: list[RowResult] = []
     out: list[RowResult] = []
@@ -662,6 +670,12 @@ def main(argv: list[str]) -> int:
         help="With --served: read the linearised served rows from --served-save's file "
         "(made on the same committed constants) instead of simulating them",
     )
+    parser.add_argument(
+        "--cv-owners",
+        help="With --served --cv-only: refit per fold only these families' and releases' "
+        "constants (comma-separated, e.g. ampere,hopper,trtllm-cpp), from the committed "
+        "files, on these families' rows (a quicker check than every constant from the priors)",
+    )
     args = parser.parse_args(argv)
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
@@ -699,6 +713,24 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     if args.cv_only:
+        if served is not None and args.cv_owners:
+            # The quick check: only these owners refitted per fold, from the committed files,
+            # on their families' closed-form rows; every other constant as committed.
+            owners = set(args.cv_owners.split(","))
+            owned = [r for r in rows if family_of(r) in owners]
+            closed, out = joint_cross_validate(
+                owned,
+                served,
+                committed_constants(rows, set()),
+                args.folds,
+                args.rounds,
+                args.steps,
+                args.jobs,
+                owners,
+            )
+            title = f"Cross-validated ({args.folds}-fold by configuration; {args.cv_owners})"
+            print(report(closed, title) + "\n\n" + served_report(out, title + ", served rows"))
+            return 0
         if served is not None:
             closed, out = joint_cross_validate(
                 rows, served, start, args.folds, args.rounds, args.steps, args.jobs
