@@ -16,6 +16,19 @@ constants fitted on the others. The out-of-fold errors are the headline; the in-
     .venv/bin/python scripts/fit_published.py --families blackwell,ada --no-cv  # refit two
     .venv/bin/python scripts/fit_published.py --collectives-only [--per-hop]  # in-sample, fast
 
+``--served`` fits the families and the releases' host costs on every engine's rows in one loss:
+the closed-form rows beside the served runs' rows (vLLM v1, SGLang, ``trtllm-serve`` and
+TensorRT-LLM 0.14 on Triton, simulated by the event engine as ``validate`` does), a served row
+weighing as much as a closed-form row (``--served-weight``). The served rows are simulated
+once at the committed constants and once a step off in each constant that reaches them, and
+are linear in the constants' logs (fractions) or values (overheads) in between (one
+Gauss-Newton linearisation, ``plan/calibration.py`` ``LinearLogModel``); the engines' own
+constants (front ends, host costs, kernel factors, ``scripts/fit_frontend.py``) stay as
+committed. Its cross-validation holds each fold's served configurations out too and simulates
+them with the fold's constants. The whole refit (docs/validation.md, ``joint13``):
+
+    .venv/bin/python scripts/fit_published.py --served --jobs 2 --no-cv
+
 ``--per-hop`` charges NCCL's per-step collective latency (``perf/comm.py``, off by default) and
 fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``). ``--gemm-shape``
 also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
@@ -26,18 +39,25 @@ from __future__ import annotations
 
 import argparse
 import math
+import pickle
 import statistics
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 
+import inferplan.plan.published_runs as published_runs
+import inferplan.plan.served as served_module
 from inferplan.perf import comm
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency, bundled_efficiency
-from inferplan.plan.calibration import golden_section, huber
+from inferplan.plan.calibration import LinearLogModel, finite_slope, golden_section, huber
+from inferplan.plan.folds import metric_key
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import (
     RowResult,
@@ -47,7 +67,7 @@ from inferplan.plan.published_runs import (
     validate_rows,
 )
 from inferplan.plan.served import release_cpu_costs
-from inferplan.specs.hardware import load_gpu
+from inferplan.specs.hardware import GpuSpec, load_gpu
 
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_compute": (0.2, 1.0),
@@ -118,23 +138,200 @@ def loss(results: list[RowResult]) -> float:
     return (sum(terms) + missing * 1.0) / max(len(results), 1)
 
 
+# --served: the served runs' rows (vLLM, SGLang, trtllm-serve, TensorRT-LLM 0.14 on Triton) in
+# the families' and releases' loss, each simulated once per constant around the committed
+# point and linearised in between (plan/calibration.py LinearLogModel). The engines' own
+# constants (front ends, host costs, kernel factors: scripts/fit_frontend.py) stay as committed.
+LOG_KEYS = frozenset(k for k, (low, _) in FIT_BOUNDS.items() if low > 0)
+# Each constant's finite-difference step, in its transformed value (log for LOG_KEYS): large
+# enough to step over the simulations' discrete choices (batch sizes, graph sizes), small
+# against the distance the fit moves a constant.
+SLOPE_STEPS: dict[str, float] = {
+    **dict.fromkeys(LOG_KEYS, 0.05),
+    "collective_latency_s": 3e-6,
+    "step_overhead_s": 2e-4,
+    "per_seq_overhead_s": 2e-6,
+    "layer_overhead_s": 5e-6,
+    "host_overlap": 0.1,
+    "routing_skew": 0.1,
+}
+
+
+def values_of(c: Constants) -> dict[str, float]:
+    """Every fitted constant as ``owner:key`` (a GPU family or an engine release)."""
+    out = {f"{f}:{k}": float(getattr(e, k)) for f, e in c.family.items() for k in FIT_BOUNDS}
+    out.update({f"{r}:{k}": float(v) for r, costs in c.costs.items() for k, v in costs.items()})
+    return out
+
+
+def with_variable(c: Constants, name: str, value: float) -> Constants:
+    owner, key = name.split(":")
+    if owner in c.family:
+        return _set_family(owner)(c, key, value)
+    return _set_release(owner)(c, key, value)
+
+
+def owner_of(row: PublishedRow, owner: str) -> bool:
+    return family_of(row) == owner or engine_release(row) == owner
+
+
+def served_rows() -> list[PublishedRow]:
+    """The served runs' rows (simulated by the event engine, not in closed form)."""
+    return [
+        r for r in bundled_published() if skip_reason(r) is None and not run_setup(r).closed_form
+    ]
+
+
+@contextmanager
+def bundled_as(c: Constants) -> Iterator[None]:
+    """``validate``'s served path with ``c`` as the bundled family files and release costs."""
+
+    def family_efficiency(gpu: GpuSpec) -> Efficiency:
+        name = FAMILY_OF_ARCHITECTURE.get(gpu.architecture, "default")
+        return c.family[name] if name in c.family else bundled_efficiency(name)
+
+    costs = {**release_cpu_costs(), **c.costs}
+    with (
+        patch.object(published_runs, "efficiency_for", family_efficiency),
+        patch.object(served_module, "release_cpu_costs", lambda: costs),
+    ):
+        yield
+
+
+def predict_served(rows: list[PublishedRow], c: Constants) -> list[RowResult]:
+    with bundled_as(c):
+        return validate_rows(rows)
+
+
+@dataclass
+class Served:
+    """The served rows of one fit, linearised (``model``, row ``i`` is ``rows[i]``), counted
+    ``weight`` each against a closed-form row."""
+
+    rows: list[PublishedRow]
+    model: LinearLogModel
+    weight: float = 1.0
+
+    def block(self, keep: Callable[[PublishedRow], bool]) -> Served | None:
+        mask = np.array([keep(r) for r in self.rows], dtype=bool)
+        if not mask.any() or self.weight <= 0:
+            return None
+        return Served(
+            [r for r, m in zip(self.rows, mask, strict=True) if m],
+            self.model.subset(mask),
+            self.weight,
+        )
+
+    def subset(self, keep: Callable[[PublishedRow], bool]) -> Served:
+        mask = np.array([keep(r) for r in self.rows], dtype=bool)
+        return Served(
+            [r for r, m in zip(self.rows, mask, strict=True) if m],
+            self.model.subset(mask),
+            self.weight,
+        )
+
+
+def joint_loss(rows: list[PublishedRow], c: Constants, served: Served | None) -> float:
+    """Mean Huber loss of log errors over ``rows`` (predicted in closed form) and ``served``'s
+    rows (linearised), a served row counted ``served.weight`` times."""
+    results = predict(rows, c) if rows else []
+    terms = sum(huber(math.log(r.predicted / r.row.value)) for r in results if r.predicted)
+    count = float(len(results))
+    terms += sum(r.predicted is None for r in results) * 1.0
+    if served is not None and served.rows:
+        terms += served.weight * served.model.huber_sum(values_of(c))
+        count += served.weight * len(served.rows)
+    return terms / max(count, 1.0)
+
+
+def _step(name: str, value: float) -> float:
+    """The finite-difference step of ``name`` at ``value``, away from its upper bound."""
+    key = name.split(":")[1]
+    step = SLOPE_STEPS[key]
+    high = {**FIT_BOUNDS, **COST_BOUNDS}[key][1]
+    moved = value * math.exp(step) if key in LOG_KEYS else value + step
+    return -step if moved > high else step
+
+
+def _column(rows: list[PublishedRow], c: Constants, name: str, step: float) -> list[float | None]:
+    value = values_of(c)[name]
+    key = name.split(":")[1]
+    shifted = value * math.exp(step) if key in LOG_KEYS else value + step
+    return [r.predicted for r in predict_served(rows, with_variable(c, name, shifted))]
+
+
+def linearize(rows: list[PublishedRow], origin: Constants, jobs: int = 1) -> Served:
+    """``rows`` simulated at ``origin`` and one step off it in each constant that reaches
+    them (the runs of its GPU family or engine release): the rows predicted at ``origin``,
+    with their slopes."""
+    base = [r for r in predict_served(rows, origin) if r.predicted]
+    kept = [r.row for r in base]
+    values = values_of(origin)
+    names = [n for n in values if n.split(":")[1] in SLOPE_STEPS]
+    names = [n for n in names if any(owner_of(r, n.split(":")[0]) for r in kept)]
+    tasks = []
+    for name in names:
+        mine = [r for r in kept if owner_of(r, name.split(":")[0])]
+        tasks.append((mine, origin, name, _step(name, values[name])))
+    if jobs <= 1:
+        columns = [_column(*t) for t in tasks]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            columns = list(pool.map(_column, *zip(*tasks, strict=True)))
+    index = {metric_key(r): i for i, r in enumerate(kept)}
+    slopes = {}
+    for (mine, _, name, step), column in zip(tasks, columns, strict=True):
+        slope = np.zeros(len(kept))
+        for row, shifted in zip(mine, column, strict=True):
+            i = index[metric_key(row)]
+            slope[i] = finite_slope(float(base[i].predicted or 0.0), shifted, step)
+        slopes[name] = slope
+    logs = frozenset(n for n in names if n.split(":")[1] in LOG_KEYS)
+    model = LinearLogModel(
+        base=np.log([float(r.predicted or 0.0) for r in base]),
+        target=np.log([r.row.value for r in base]),
+        origin={n: values[n] for n in names},
+        slopes=slopes,
+        logs=logs,
+    )
+    return Served(kept, model)
+
+
+def engine_label(row: PublishedRow) -> str:
+    """The served engine as the report names it, with the row's family."""
+    label = row.engine
+    if row.engine == "tensorrt-llm":
+        label = "triton (trtllm 0.14)" if engine_release(row) == "trtllm-cpp" else "trtllm-serve"
+    return f"{label} {row.family}"
+
+
+def served_report(results: list[RowResult], label: str) -> str:
+    return f"### {label}\n\n" + table(results, engine_label, "served engine, family")
+
+
 def _descend(
     rows: list[PublishedRow],
     constants: Constants,
     bounds: dict[str, tuple[float, float]],
     with_value: Callable[[Constants, str, float], Constants],
     steps: int,
+    served: Served | None = None,
 ) -> Constants:
-    """One coordinate sweep over ``bounds`` on ``rows``; a move is kept only if it helps."""
-    best = loss(predict(rows, constants))
+    """One coordinate sweep over ``bounds`` on ``rows`` (and ``served``'s linearised rows);
+    a move is kept only if it helps."""
+
+    def total(c: Constants) -> float:
+        return joint_loss(rows, c, served)
+
+    best = total(constants)
     for name, (low, high) in bounds.items():
 
         def objective(value: float, name: str = name, base: Constants = constants) -> float:
-            return loss(predict(rows, with_value(base, name, value)))
+            return total(with_value(base, name, value))
 
         value = golden_section(objective, low, high, steps)
         trial = with_value(constants, name, value)
-        trial_loss = loss(predict(rows, trial))
+        trial_loss = total(trial)
         if trial_loss < best:
             constants, best = trial, trial_loss
     return constants
@@ -154,28 +351,46 @@ def _set_release(release: str) -> Callable[[Constants, str, float], Constants]:
     return setter
 
 
+def _of_release(release: str) -> Callable[[PublishedRow], bool]:
+    return lambda row: engine_release(row) == release
+
+
+def _of_family(family: str) -> Callable[[PublishedRow], bool]:
+    return lambda row: family_of(row) == family
+
+
 def fit(
     rows: list[PublishedRow],
     start: Constants,
     rounds: int,
     steps: int,
     only: set[str] | None = None,
+    served: Served | None = None,
+    owners: set[str] | None = None,
 ) -> Constants:
     """Block coordinate descent: each release's host costs on its rows, then each family's
     fractions on its rows, ``rounds`` times. ``only``: just those families' fractions, every
-    other constant as ``start`` has it."""
+    other constant as ``start`` has it. ``served``: the served runs' rows join each block's
+    loss (their release's or GPU family's), linearised. ``owners``: just these families' and
+    releases' constants."""
     constants = start
     for _ in range(rounds):
         for release in sorted(constants.costs) if only is None else []:
+            if owners is not None and release not in owners:
+                continue
             mine = [r for r in rows if engine_release(r) == release]
-            if mine:
-                constants = _descend(mine, constants, COST_BOUNDS, _set_release(release), steps)
+            part = served.block(_of_release(release)) if served else None
+            if mine or part:
+                setter = _set_release(release)
+                constants = _descend(mine, constants, COST_BOUNDS, setter, steps, part)
         for family in sorted(constants.family):
-            if only is not None and family not in only:
+            if (only is not None and family not in only) or (owners and family not in owners):
                 continue
             mine = [r for r in rows if family_of(r) == family]
-            if mine:
-                constants = _descend(mine, constants, FIT_BOUNDS, _set_family(family), steps)
+            part = served.block(_of_family(family)) if served else None
+            if mine or part:
+                setter = _set_family(family)
+                constants = _descend(mine, constants, FIT_BOUNDS, setter, steps, part)
     return constants
 
 
@@ -209,6 +424,60 @@ def cross_validate(
         for result in pool.map(_fold, *zip(*args, strict=True)):
             out.extend(result)
     return out
+
+
+def joint_folds(rows: list[PublishedRow], served: list[PublishedRow], k: int) -> list[set[str]]:
+    """``folds`` of the closed-form configurations, each with the served configurations
+    (those not among them) dealt round-robin in sorted order beside them."""
+    held = folds(rows, k)
+    extra = sorted({r.case_id for r in served} - {r.case_id for r in rows})
+    for i, fold in enumerate(held):
+        fold |= set(extra[i :: len(held)])
+    return held
+
+
+def _joint_fold(
+    rows: list[PublishedRow],
+    served: Served,
+    held: set[str],
+    start: Constants,
+    rounds: int,
+    steps: int,
+    owners: set[str] | None = None,
+) -> tuple[list[RowResult], list[RowResult]]:
+    """A fold's held-out closed-form rows (closed form) and served rows (simulated) with the
+    constants fitted on the other configurations' rows of both (``owners``: only theirs)."""
+    train = [r for r in rows if r.case_id not in held]
+    part = served.subset(lambda r: r.case_id not in held)
+    fitted = fit(train, start, rounds, steps, None, part, owners)
+    test = [r for r in rows if r.case_id in held]
+    return predict(test, fitted), predict_served(
+        [r for r in served.rows if r.case_id in held], fitted
+    )
+
+
+def joint_cross_validate(
+    rows: list[PublishedRow],
+    served: Served,
+    start: Constants,
+    k: int,
+    rounds: int,
+    steps: int,
+    jobs: int = 1,
+    owners: set[str] | None = None,
+) -> tuple[list[RowResult], list[RowResult]]:
+    """Out-of-fold predictions of the closed-form and the served rows (``joint_folds``)."""
+    args = [
+        (rows, served, held, start, rounds, steps, owners)
+        for held in joint_folds(rows, served.rows, k)
+    ]
+    closed: list[RowResult] = []
+    out: list[RowResult] = []
+    with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for a, b in pool.map(_joint_fold, *zip(*args, strict=True)):
+            closed.extend(a)
+            out.extend(b)
+    return closed, out
 
 
 def model_family(row: PublishedRow) -> str:
@@ -251,11 +520,14 @@ def report(results: list[RowResult], label: str) -> str:
     return "\n\n".join(parts)
 
 
-def family_yaml(family: str, eff: Efficiency, results: list[RowResult]) -> str:
+def family_yaml(family: str, eff: Efficiency, results: list[RowResult], served: int = 0) -> str:
     errors = [abs(r.error) for r in results if r.error is not None]
+    rows = f"# to the {len(errors)} closed-form throughput rows of the bundled published table"
+    if served:
+        rows = f"# --served to the {len(errors)} closed-form and {served} served rows of the table"
     head = [
         f"# Efficiency constants for the {family} family, fitted by scripts/fit_published.py",
-        f"# to the {len(errors)} closed-form throughput rows of the bundled published table",
+        rows,
         "# (plan/data/published.csv) of this family, with the engine releases' host costs",
         f"# (plan/data/published_cpu_costs.yaml). Fitted: {', '.join(FIT_BOUNDS)}; the others",
         "# keep their previous values. docs/validation.md has the cross-validated errors.",
@@ -265,7 +537,7 @@ def family_yaml(family: str, eff: Efficiency, results: list[RowResult]) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def costs_yaml(costs: dict[str, dict[str, float]]) -> str:
+def costs_yaml(costs: dict[str, dict[str, float]], served: bool = False) -> str:
     lines = [
         "# Host-side costs per engine release, fitted by scripts/fit_published.py to the",
         "# closed-form throughput rows of the bundled published table, jointly with each GPU",
@@ -274,6 +546,8 @@ def costs_yaml(costs: dict[str, dict[str, float]]) -> str:
         "# routing_skew: the Zipf exponent of expert popularity where a run states no routing",
         "# (perf/moe.py default_routing), fitted on the same rows.",
     ]
+    if served:
+        lines.append("# --served: with the served runs' rows (TensorRT-LLM 0.14 on Triton's here).")
     for release, values in sorted(costs.items()):
         lines.append(f"{release}:")
         lines.extend(f"  {k}: {float(f'{v:.4g}')}" for k, v in values.items())
@@ -375,6 +649,33 @@ def main(argv: list[str]) -> int:
         help="In-sample refit of the collective constants alone from the committed files; "
         "prints, writes nothing",
     )
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help="Fit the families and releases on the served runs' rows too (vLLM, SGLang, "
+        "trtllm-serve, TensorRT-LLM 0.14 on Triton), linearised around the committed constants",
+    )
+    parser.add_argument(
+        "--served-weight",
+        type=float,
+        default=1.0,
+        help="With --served: a served row's weight against a closed-form row's (0: the "
+        "closed-form fit, the served rows predicted beside it)",
+    )
+    parser.add_argument(
+        "--served-save", help="With --served: pickle the linearised served rows to this file"
+    )
+    parser.add_argument(
+        "--served-load",
+        help="With --served: read the linearised served rows from --served-save's file "
+        "(made on the same committed constants) instead of simulating them",
+    )
+    parser.add_argument(
+        "--cv-owners",
+        help="With --served --cv-only: refit per fold only these families' and releases' "
+        "constants (comma-separated, e.g. ampere,hopper,trtllm-cpp), from the committed "
+        "files, on these families' rows (a quicker check than every constant from the priors)",
+    )
     args = parser.parse_args(argv)
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
@@ -393,13 +694,56 @@ def main(argv: list[str]) -> int:
         known = ", ".join(sorted(start.family))
         print(f"error: --families: choose from {known}", file=sys.stderr)
         return 2
+    served = None
+    if args.served:
+        if only is not None:
+            print("error: --served: refits every family (no --families)", file=sys.stderr)
+            return 2
+        began = time.monotonic()
+        if args.served_load:
+            served = pickle.loads(Path(args.served_load).read_bytes())
+        else:
+            served = linearize(served_rows(), committed_constants(rows, set()), args.jobs)
+        if args.served_save:
+            Path(args.served_save).write_bytes(pickle.dumps(served))
+        served.weight = args.served_weight
+        print(
+            f"{len(served.rows)} served rows linearised in {len(served.model.slopes)} constants, "
+            f"{time.monotonic() - began:.0f} s wall",
+            flush=True,
+        )
     if args.cv_only:
+        if served is not None and args.cv_owners:
+            # The quick check: only these owners refitted per fold, from the committed files,
+            # on their families' closed-form rows; every other constant as committed.
+            owners = set(args.cv_owners.split(","))
+            owned = [r for r in rows if family_of(r) in owners]
+            closed, out = joint_cross_validate(
+                owned,
+                served,
+                committed_constants(rows, set()),
+                args.folds,
+                args.rounds,
+                args.steps,
+                args.jobs,
+                owners,
+            )
+            title = f"Cross-validated ({args.folds}-fold by configuration; {args.cv_owners})"
+            print(report(closed, title) + "\n\n" + served_report(out, title + ", served rows"))
+            return 0
+        if served is not None:
+            closed, out = joint_cross_validate(
+                rows, served, start, args.folds, args.rounds, args.steps, args.jobs
+            )
+            title = f"Cross-validated ({args.folds}-fold by configuration)"
+            print(report(closed, title) + "\n\n" + served_report(out, title + ", served rows"))
+            return 0
         cv = cross_validate(rows, start, args.folds, args.rounds, args.steps, args.jobs)
         print(report(cv, f"Cross-validated ({args.folds}-fold by configuration)"))
         return 0
     origin = start if only is None else committed_constants(rows, only)
     before = predict(rows, origin)
-    fitted = as_written(fit(rows, origin, args.rounds, args.steps, only))
+    fitted = as_written(fit(rows, origin, args.rounds, args.steps, only, served))
     in_sample = predict(rows, fitted)
     print(f"{len(rows)} rows; loss {loss(before):.4f} -> {loss(in_sample):.4f}")
     for family, eff in fitted.family.items():
@@ -410,18 +754,36 @@ def main(argv: list[str]) -> int:
     print(report(before, "Starting constants (in-sample)"))
     print()
     print(report(in_sample, "In-sample (fitted on every row)"), flush=True)
+    if served is not None:
+        print()
+        print(
+            served_report(
+                predict_served(served.rows, committed_constants(rows, set())),
+                "Served rows, committed constants",
+            )
+        )
+        print()
+        print(served_report(predict_served(served.rows, fitted), "Served rows, in-sample"))
     if not args.dry_run:
         for family, eff in fitted.family.items():
             if only is not None and family not in only:
                 continue
             mine = [r for r in in_sample if family_of(r.row) == family]
-            (DATA / f"{family}.yaml").write_text(family_yaml(family, eff, mine))
+            theirs = sum(family_of(r) == family for r in served.rows) if served else 0
+            (DATA / f"{family}.yaml").write_text(family_yaml(family, eff, mine, theirs))
         if only is None:
-            COSTS_FILE.write_text(costs_yaml(fitted.costs))
+            COSTS_FILE.write_text(costs_yaml(fitted.costs, served is not None))
     if not args.no_cv:
+        title = f"Cross-validated ({args.folds}-fold by configuration)"
+        if served is not None:
+            closed, out = joint_cross_validate(
+                rows, served, start, args.folds, args.rounds, args.steps, args.jobs
+            )
+            print("\n" + report(closed, title) + "\n\n" + served_report(out, title + ", served"))
+            return 0
         cv = cross_validate(rows, start, args.folds, args.rounds, args.steps, args.jobs)
         print()
-        print(report(cv, f"Cross-validated ({args.folds}-fold by configuration)"))
+        print(report(cv, title))
     return 0
 
 

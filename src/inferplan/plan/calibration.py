@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from inferplan.perf.efficiency import Efficiency
 from inferplan.plan.validation import Result, Run, predict
 
@@ -203,3 +205,50 @@ def calibration_yaml(eff: Efficiency, header: list[str]) -> str:
     lines = [f"# {line}" for line in header] + ["efficiency:"]
     lines += [f"  {name}: {value:.6g}" for name, value in eff.to_dict().items()]
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class LinearLogModel:
+    """Predictions whose logs are linear in the constants around an origin (one Gauss-Newton
+    linearisation): ``log p_i = base_i + sum_k slopes_k[i] (t_k(value) - t_k(origin))``, with
+    ``t_k = log`` for the constants in ``logs`` (fractions of a peak: a rate scales with them)
+    and the identity otherwise (overheads, which may be 0). ``scripts/fit_published.py
+    --served`` fits the GPU families on the served runs' rows through it: a simulation per row
+    and constant once, then each trial point costs a matrix product."""
+
+    base: np.ndarray  # log predicted at the origin, per row
+    target: np.ndarray  # log measured, per row
+    origin: dict[str, float]
+    slopes: dict[str, np.ndarray]
+    logs: frozenset[str] = frozenset()
+
+    def transformed(self, name: str, value: float) -> float:
+        return math.log(value) if name in self.logs else value
+
+    def predict(self, values: dict[str, float]) -> np.ndarray:
+        """Log predictions at ``values`` (a constant it does not name stays at the origin)."""
+        out = self.base.copy()
+        for name, slope in self.slopes.items():
+            if name in values:
+                shift = self.transformed(name, values[name])
+                out += slope * (shift - self.transformed(name, self.origin[name]))
+        return out
+
+    def huber_sum(self, values: dict[str, float]) -> float:
+        """Summed Huber loss of the log errors at ``values``."""
+        error = np.abs(self.predict(values) - self.target)
+        knee = HUBER_KNEE
+        return float(np.sum(np.where(error <= knee, 0.5 * error**2, knee * (error - 0.5 * knee))))
+
+    def subset(self, keep: np.ndarray) -> LinearLogModel:
+        """The model of the rows where ``keep`` (a boolean mask) is true."""
+        slopes = {k: v[keep] for k, v in self.slopes.items()}
+        return replace(self, base=self.base[keep], target=self.target[keep], slopes=slopes)
+
+
+def finite_slope(base: float, shifted: float | None, step: float) -> float:
+    """d log p / d t from a prediction at the origin and one ``step`` away in ``t``; 0 where
+    the shifted point has no prediction (its run failed there)."""
+    if shifted is None or shifted <= 0 or base <= 0:
+        return 0.0
+    return (math.log(shifted) - math.log(base)) / step

@@ -1,0 +1,102 @@
+"""The served rows' linearised loss (``plan/calibration.py`` ``LinearLogModel``) and
+``scripts/fit_published.py --served``'s folds and constants, on hand-computed cases."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import numpy as np
+import pytest
+
+from inferplan.plan.calibration import HUBER_KNEE, LinearLogModel, finite_slope
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fit_published.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fit_published", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_published"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model() -> LinearLogModel:
+    return LinearLogModel(
+        base=np.log([2.0, 3.0]),
+        target=np.log([2.0, 3.0]),
+        origin={"a": 0.5, "b": 0.001},
+        slopes={"a": np.array([1.0, 0.0]), "b": np.array([0.5, 2.0])},
+        logs=frozenset({"a"}),
+    )
+
+
+def test_linear_model_is_linear_in_log_fractions_and_raw_overheads() -> None:
+    # a: 0.5 -> 1.0 is a log step of log 2 (a fraction); b: +0.002 s raw (an overhead).
+    got = _model().predict({"a": 1.0, "b": 0.003})
+    assert got == pytest.approx([2 * math.log(2.0) + 0.001, math.log(3.0) + 0.004])
+    assert _model().predict({}) == pytest.approx(np.log([2.0, 3.0]))  # the origin
+
+
+def test_linear_model_huber_sum_by_hand() -> None:
+    # log errors +0.1 (quadratic) and -0.5 (past the 25 % knee: linear)
+    model = LinearLogModel(np.array([0.1, -0.5]), np.zeros(2), {}, {})
+    manual = 0.5 * 0.1**2 + HUBER_KNEE * (0.5 - 0.5 * HUBER_KNEE)
+    assert model.huber_sum({}) == pytest.approx(manual)
+
+
+def test_subset_keeps_the_rows_in_order() -> None:
+    sub = _model().subset(np.array([False, True]))
+    assert sub.base == pytest.approx([math.log(3.0)])
+    assert sub.slopes["b"] == pytest.approx([2.0])
+
+
+def test_finite_slope() -> None:
+    assert finite_slope(2.0, 2.0 * math.exp(0.1), 0.05) == pytest.approx(2.0)
+    assert finite_slope(2.0, 2.0 * math.exp(-0.1), -0.05) == pytest.approx(2.0)
+    assert finite_slope(2.0, None, 0.05) == 0.0
+
+
+def test_joint_folds_deal_served_configurations_beside_the_closed_form_folds() -> None:
+    fit = _script()
+    rows = [SimpleNamespace(case_id=c) for c in ("a", "b", "c")]
+    served = [SimpleNamespace(case_id=c) for c in ("z", "b", "x", "y", "x")]
+    # closed form: {a, c}, {b}; served only x, y, z, dealt in sorted order
+    assert fit.joint_folds(rows, served, 2) == [{"a", "c", "x", "z"}, {"b", "y"}]
+
+
+def test_constants_by_name_round_trip() -> None:
+    fit = _script()
+    rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
+    origin = fit.committed_constants(rows, set())
+    moved = fit.with_variable(origin, "hopper:gemm_compute", 0.5)
+    assert moved.family["hopper"].gemm_compute == 0.5
+    assert fit.values_of(moved)["hopper:gemm_compute"] == 0.5
+    release = next(iter(origin.costs))
+    moved = fit.with_variable(origin, f"{release}:step_overhead_s", 0.002)
+    assert moved.costs[release]["step_overhead_s"] == 0.002
+    assert moved.family == origin.family
+    # a step that would cross the upper bound goes the other way
+    assert fit._step("hopper:routing_skew", 0.99) == -0.1
+    assert fit._step("hopper:gemm_compute", 0.6) == 0.05
+    assert fit._step("hopper:gemm_compute", 0.97) == -0.05
+
+
+def test_joint_loss_counts_a_served_row_weight_times_a_closed_form_row() -> None:
+    fit = _script()
+    rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
+    c = fit.committed_constants(rows, set())
+    closed = fit.loss(fit.predict(rows, c)) * 2  # summed over the two rows
+    # three served rows off by log 0.1 each (quadratic: 0.005), no slopes
+    model = LinearLogModel(np.full(3, 0.1), np.zeros(3), {}, {})
+    served = fit.Served(rows[:1] * 3, model, weight=2.0)
+    expected = (closed + 2.0 * 3 * 0.005) / (2 + 2.0 * 3)
+    assert fit.joint_loss(rows, c, served) == pytest.approx(expected)
+    assert fit.joint_loss(rows, c, None) == pytest.approx(closed / 2)
+    assert served.block(lambda r: True) is not None
+    assert fit.Served(rows[:1] * 3, model, weight=0.0).block(lambda r: True) is None
