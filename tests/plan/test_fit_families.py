@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 from inferplan.perf.efficiency import bundled_efficiency
 from inferplan.plan.served import release_cpu_costs
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fit_published.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fit_published", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_published"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+from .fit_script import fit_published
 
 
 def test_refit_families_restart_from_the_priors_and_the_others_stay_committed() -> None:
-    fit = _script()
+    fit = fit_published()
     rows = [r for r in fit.fit_rows() if r.gpu in ("l40s", "h200_sxm_141gb")][:40]
     constants = fit.committed_constants(rows, {"ada"})
     prior = bundled_efficiency("default")
@@ -37,6 +23,6 @@ def test_refit_families_restart_from_the_priors_and_the_others_stay_committed() 
 
 
 def test_unknown_family_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _script().main(["--families", "volta", "--dry-run", "--no-cv"]) == 2
+    assert fit_published().main(["--families", "volta", "--dry-run", "--no-cv"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --families: choose from ") and "blackwell" in err

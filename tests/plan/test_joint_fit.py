@@ -3,27 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from inferplan.plan.calibration import HUBER_KNEE, LinearLogModel, finite_slope
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fit_published.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fit_published", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_published"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+from .fit_script import fit_published
 
 
 def _model() -> LinearLogModel:
@@ -63,7 +51,7 @@ def test_finite_slope() -> None:
 
 
 def test_joint_folds_deal_served_configurations_beside_the_closed_form_folds() -> None:
-    fit = _script()
+    fit = fit_published()
     rows = [SimpleNamespace(case_id=c) for c in ("a", "b", "c")]
     served = [SimpleNamespace(case_id=c) for c in ("z", "b", "x", "y", "x")]
     # closed form: {a, c}, {b}; served only x, y, z, dealt in sorted order
@@ -71,7 +59,7 @@ def test_joint_folds_deal_served_configurations_beside_the_closed_form_folds() -
 
 
 def test_constants_by_name_round_trip() -> None:
-    fit = _script()
+    fit = fit_published()
     rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
     origin = fit.committed_constants(rows, set())
     moved = fit.with_variable(origin, "hopper:gemm_compute", 0.5)
@@ -88,7 +76,7 @@ def test_constants_by_name_round_trip() -> None:
 
 
 def test_joint_loss_counts_a_served_row_weight_times_a_closed_form_row() -> None:
-    fit = _script()
+    fit = fit_published()
     rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
     c = fit.committed_constants(rows, set())
     closed = fit.loss(fit.predict(rows, c)) * 2  # summed over the two rows
