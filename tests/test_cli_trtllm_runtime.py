@@ -52,10 +52,11 @@ def test_trtllm_serve_runs_uncaptured_decode_batches_eagerly(
 ) -> None:
     """trtllm-serve captures decode graphs for 1..32, 64 and 128 sequences, unpadded: 33
     sequences launch every layer from Python (the eager cost per layer, on top of the step)
-    and their 200 us each on the executor's thread outlast the GPU's step: by hand
-    33 x 200 us + 32 layers x (300 us + 27.86 us per layer) = 17.09 ms with today's files,
-    where 32 sequences replay a graph (7.29 ms). trtllm-bench graphs every batch: one more
-    sequence costs it almost nothing."""
+    and their per-sequence host cost on the executor's thread may outlast the GPU's step: by
+    hand max(GPU step, 33 x per-sequence cost) + 32 layers x (eager launch + layer overhead),
+    from the bundled files, where 32 sequences replay a graph; the jump from 32 to 33 is at
+    least the eager launches. trtllm-bench graphs every batch: one more sequence costs it
+    almost nothing."""
     layers = load_model("Llama-3.1-8B").num_layers
     serve = bundled_serve_constants().host_s
     layer_s = release_cpu_costs()["trtllm-pytorch"]["layer_overhead_s"]
@@ -65,7 +66,7 @@ def test_trtllm_serve_runs_uncaptured_decode_batches_eagerly(
     launches_s = layers * (serve["eager_layer_overhead_s"] + layer_s)
     expected_ms = (max(gpu_s, host_s) + launches_s) * 1e3
     assert serve_33 == pytest.approx(expected_ms, rel=1e-3)
-    assert serve_33 > 2 * serve_32
+    assert serve_33 - serve_32 >= layers * serve["eager_layer_overhead_s"] * 1e3
     bench = ("--trtllm-runtime", "trtllm-bench")
     bench_32, bench_33 = (_simulate(capsys, *_burst(n, *bench))["mean_tpot_ms"] for n in (32, 33))
     assert 0 <= bench_33 - bench_32 < 0.01 * bench_32
