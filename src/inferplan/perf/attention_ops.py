@@ -68,26 +68,16 @@ def attention_ops(
         return []
     tp, m, dpa = shape
     share = m * dpa
-    if parts == "prefill":
-        s = _Shares(
-            batch.prefill_tokens / share,
-            0.0,
-            batch.prefill_attention_pairs / share,
-            batch.prefill_context_tokens / share,
-            batch.num_prefill_seqs / share,
-            share,
-        )
-    elif parts == "decode":
-        s = _Shares(0.0, batch.num_decode_seqs / share, 0.0, 0.0, 0.0, share)
-    else:
-        s = _Shares(
-            batch.prefill_tokens / share,
-            batch.num_decode_seqs / share,
-            batch.prefill_attention_pairs / share,
-            batch.prefill_context_tokens / share,
-            batch.num_prefill_seqs / share,
-            share,
-        )
+    prefill = 1.0 if parts != "decode" else 0.0  # the other side counted as none
+    decode = 1.0 if parts != "prefill" else 0.0
+    s = _Shares(
+        batch.prefill_tokens / share * prefill,
+        batch.num_decode_seqs / share * decode,
+        batch.prefill_attention_pairs / share * prefill,
+        batch.prefill_context_tokens / share * prefill,
+        batch.num_prefill_seqs / share * prefill,
+        share,
+    )
     if att.kind == "linear":
         return [_linear_op(att, count, s, tp, rates)]
     heads = att.num_heads / tp
