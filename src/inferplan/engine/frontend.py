@@ -37,6 +37,7 @@ unchanged.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -76,6 +77,13 @@ class FrontEnd:
     # the intake and the streams share one process (SGLang's TokenizerManager), the streams
     # slow the intake of the requests still to come (``stream_intake.py``). 0: apart.
     intake_stream_s: float = 0.0
+    # Seconds of each request's intake that run before its handler's first ``await`` that
+    # yields, ahead of the ``per_request_s`` that takes it on to the scheduler (SGLang: the
+    # HTTP request read, JSON decoding and FastAPI's validation of the chat request before
+    # ``serving_chat``'s template, tokenisation and send): one event loop runs its ready tasks
+    # first in, first out, so a burst runs this part for every request before any goes on
+    # (``two_phase_finish``). 0: all of the intake in one part.
+    interleaved_s: float = 0.0
 
     @property
     def is_zero(self) -> bool:
@@ -102,6 +110,30 @@ def _fcfs_finish(arrive_s: FloatArray, cost_s: FloatArray) -> FloatArray:
 
 # The same FCFS rule for the tokenizer stage in front of the engine (``tokenizer_stage.py``).
 fcfs_finish = _fcfs_finish
+
+
+def two_phase_finish(arrive_s: FloatArray, first_s: float, then_s: FloatArray) -> FloatArray:
+    """When each request's intake ends where it runs in two parts on one event loop: the first
+    (``first_s``) when the request arrives, the second (``then_s``) queued behind whatever was
+    ready when its first part ended. One process, jobs served in the order they became ready
+    (a request's first part before a second part that became ready at the same instant: the
+    new request was in the ready queue first). A burst at t = 0 of ``n`` requests ends its
+    first parts at ``n * first_s`` and its intakes at ``n * first_s + (i + 1) * then_s``;
+    spaced arrivals pay ``first_s + then_s`` each, as FCFS does. ``arrive_s`` sorted."""
+    num = arrive_s.size
+    ends = np.empty(num)
+    ready: deque[tuple[float, int]] = deque()  # second parts, in the order they became ready
+    clock, nxt = 0.0, 0
+    while nxt < num or ready:
+        if ready and (nxt == num or ready[0][0] < arrive_s[nxt]):
+            at, i = ready.popleft()
+            clock = max(clock, at) + float(then_s[i])
+            ends[i] = clock
+        else:
+            clock = max(clock, float(arrive_s[nxt])) + first_s
+            ready.append((clock, nxt))
+            nxt += 1
+    return ends
 
 
 def _gap_stats(gaps_s: FloatArray, weights: IntArray | None = None) -> dict[str, float]:
@@ -247,7 +279,13 @@ def shift_itl(summary: dict[str, object], times: FrontEndTimes | None) -> dict[s
     return out
 
 
-FRONTEND_FIELDS = ("per_request_s", "per_input_token_s", "per_token_s", "intake_stream_s")
+FRONTEND_FIELDS = (
+    "per_request_s",
+    "per_input_token_s",
+    "per_token_s",
+    "intake_stream_s",
+    "interleaved_s",
+)
 
 
 def frontend_class(engine: str, version: str = "") -> str | None:
@@ -282,6 +320,7 @@ def parse_frontends(data: object, source: str) -> dict[str, FrontEnd]:
             per_input_token_s=values.get("per_input_token_s", 0.0),
             per_token_s=values.get("per_token_s", 0.0),
             intake_stream_s=values.get("intake_stream_s", 0.0),
+            interleaved_s=values.get("interleaved_s", 0.0),
         )
     return out
 

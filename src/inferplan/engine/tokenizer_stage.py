@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from inferplan.engine.frontend import FrontEnd, fcfs_finish, on_client_clock
+from inferplan.engine.frontend import FrontEnd, fcfs_finish, on_client_clock, two_phase_finish
 from inferplan.engine.session import ServingOptions, simulate
 from inferplan.engine.simulator import SimulationResult
 from inferplan.engine.stream_intake import applies, simulate_gated
@@ -55,9 +55,13 @@ def tokenizer_delays(
     sends one as another finishes, so no burst forms (at most ``max_concurrency`` wait)."""
     cost = (fe.per_request_s + fe.per_input_token_s * workload.input_tokens) / max(servers, 1)
     arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
-    if not np.any(cost > 0):
+    first_s = fe.interleaved_s / max(servers, 1)
+    if not np.any(cost > 0) and first_s <= 0:
         return np.zeros(arrivals.size)
     cost = np.broadcast_to(np.asarray(cost, dtype=np.float64), arrivals.shape)
+    if first_s > 0 and not max_concurrency:  # SGLang: ``FrontEnd.interleaved_s``
+        return two_phase_finish(arrivals, first_s, cost) - arrivals
+    cost = cost + first_s
     if fe.intake_interleaved and max_concurrency:
         return np.array(cost, dtype=np.float64)
     if fe.intake_interleaved:
