@@ -3,10 +3,13 @@ times (plan/closed_form.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.plan import closed_form
 from inferplan.plan.closed_form import admitted_per_step, schedule, steady_state_throughput
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import load_gpu
@@ -154,3 +157,46 @@ def test_the_step_count_is_the_micro_batch_walks(
     k = admitted_per_step(budget, isl, osl, batch)
     steps = sum(count for count, _, _ in schedule(batch, k, osl, requests).values())
     assert steps == pytest.approx(_micro_batch_walk(batch, budget, isl, osl, requests), rel=6e-3)
+
+
+def _dp_plan(ranks: int, max_seqs: int, max_tokens: int) -> MemoryPlan:
+    """Attention DP over ``ranks`` GPUs (experts across them), each rank's limits as given."""
+    cfg = MemoryConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens, block_size=32)
+    par = Parallelism(tp=1, dp=ranks, enable_expert_parallel=True)
+    return plan_memory(load_model("Qwen3-30B-A3B"), load_gpu("h100"), par, cfg)
+
+
+def test_attention_dp_ranks_each_hold_max_batch_size_and_max_num_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two attention-DP ranks of 4 slots and 204 tokens each (2 prompts of 100 beside 4 decodes)
+    hold 8 slots and 408 tokens in all: 8 requests at 100/10 run as
+    ``test_single_wave_time_by_hand``'s one rank of 8 slots and 408 tokens, 18.2 s. Read as the
+    group's limits (4 slots, 204 tokens), the same run takes 2 waves: 2 ramp steps (0 and 2
+    decodes beside 2 prompts), 2 refills (2 decodes each), 16 full steps of 4, 1 drain step of
+    2: 21 steps and 72 rows, 28.2 s (the committed reading, ``ATTENTION_DP_RANK_LIMITS`` off)."""
+    assert steady_state_throughput(_dp_plan(2, 4, 204), _AffineSteps(), 100, 10, 8) == (
+        pytest.approx(80 / 28.2),
+        pytest.approx(8 / 28.2),
+    )
+    monkeypatch.setattr(closed_form, "ATTENTION_DP_RANK_LIMITS", True)
+    out, _ = steady_state_throughput(_dp_plan(2, 4, 204), _AffineSteps(), 100, 10, 8) or (0, 0)
+    assert out == pytest.approx(80 / 18.2)
+    assert schedule(4, 2, 10, 8) == {
+        "ramp": (2, 2, 1),
+        "refill": (2, 2, 2),
+        "full": (16, 0, 4),
+        "drain": (1, 0, 2),
+    }
+
+
+def test_attention_dp_slots_stay_within_the_kv_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four ranks of 4,096 slots each would hold 16,384 requests at 2,048/2,048; the group's KV
+    pool (each rank keeps its own sequences') holds fewer, so the pool sets the slots: the run
+    is the same with 4,096 or 40,000 slots a rank (the same pool)."""
+    monkeypatch.setattr(closed_form, "ATTENTION_DP_RANK_LIMITS", True)
+    plan = _dp_plan(4, 4096, 8192)
+    assert plan.num_blocks // (4096 // 32) < 4 * 4096
+    wider = replace(plan, config=replace(plan.config, max_num_seqs=40000))
+    wide = steady_state_throughput(wider, _AffineSteps(), 2048, 2048, 20000)
+    assert steady_state_throughput(plan, _AffineSteps(), 2048, 2048, 20000) == wide

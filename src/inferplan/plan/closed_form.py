@@ -15,6 +15,10 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.protocol import StepTimeModel
 
+# Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
+# built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
+ATTENTION_DP_RANK_LIMITS = False
+
 
 def _prefill_batch(num: float, tokens: int, decodes: int, context: int) -> StepBatch:
     """A step with ``num`` prompts' worth of prefill (a mean: chunks of a prompt count their
@@ -105,14 +109,25 @@ def steady_state_throughput(
     (``bench/build/tuning.py``), and the PyTorch executor keeps ``pp`` micro-batches in flight,
     sizing its sequence slots and capacity scheduler at ``max_batch_size * pp_size``
     (``_torch/pyexecutor/py_executor_creator.py``, ``_util.py``). So ``B`` and the prompts
-    admitted per step (one micro-batch per stage) are ``pp`` times the per-micro-batch limits."""
+    admitted per step (one micro-batch per stage) are ``pp`` times the per-micro-batch limits.
+
+    Under attention DP each of the ``r`` ranks runs its own scheduler with ``max_batch_size``
+    slots and a ``max_num_tokens`` budget, and the request queue admits up to ``r *
+    max_batch_size`` active requests in all (``_torch/pyexecutor/executor_request_queue.py``
+    ``_fetch_new_requests``: ``tp_size * max_num_active_requests``); ``trtllm-bench`` sizes both
+    limits for the whole group (``bench/build/tuning.py``: the group's KV memory) and passes them
+    unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
+    keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
+    the stated limits bound the whole group)."""
     cfg = plan.config
     pp = plan.parallelism.pp
+    ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1
     blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
-    batch = min(cfg.max_num_seqs * pp, num_requests, plan.num_blocks // blocks_per_request)
+    slots = cfg.max_num_seqs * pp * ranks
+    batch = min(slots, num_requests, plan.num_blocks // blocks_per_request)
     if batch < 1:
         return None
-    budget = pp * cfg.max_num_batched_tokens
+    budget = pp * ranks * cfg.max_num_batched_tokens
     per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
     steps = schedule(batch, max(per_step, 1.0), osl, num_requests)
     mean = isl + osl // 2
