@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler
-from inferplan.engine.thrashrun import cycle_run
+from inferplan.engine.thrashrun import take_cycles
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
 
@@ -50,10 +50,7 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
 
     cycles = _Cycles(replica)
-    while cycles.next_run(next_arrival_s, same_time_s) or cycles.next_cycle(
-        next_arrival_s, same_time_s
-    ):
-        pass
+    take_cycles(cycles, next_arrival_s, same_time_s)
     if cycles.num_steps == 0:
         return False
     cycles.commit()
@@ -190,29 +187,6 @@ class _Cycles:
         if next_arrival_s <= now + same_time_s(now):
             return False
         self._record(plan, durations)
-        return True
-
-    def next_run(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:
-        """Take a run of at least two cycles with the next cycle's plan at once
-        (``engine/thrashrun.py``); False, having done nothing, where fewer would run."""
-        plan = self._plan()
-        if plan is None:
-            return False
-        run = cycle_run(self, plan, next_arrival_s, same_time_s)
-        if run is None:
-            return False
-        times, blocks, durations, num_cycles, held = run
-        r = self.r
-        if self.num_cycles == 0 and math.isnan(r.records.first_scheduled_s[self.head]):
-            r.records.first_scheduled_s[self.head] = self.now
-        r.trace.record_many(times[:-1], blocks)
-        steps = len(durations)
-        self.held = held
-        self.now = float(times[-1])
-        self.num_steps += steps
-        self.durations.append(durations)
-        self.num_cycles += num_cycles
-        self.recomputed += num_cycles * (len(plan) - 1) * self.chunk
         return True
 
     def crossings_from(self, s: int, steps: int) -> np.ndarray:
