@@ -17,8 +17,10 @@ cycle); the decoders' blocks grow at the steps where a row crosses a block bound
 from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
 step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
 what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
-and the head's preemption counts are written once at the end. Consecutive cycles that keep one
-plan run at once (``next_run``, ``engine/thrashrun.py``), bit for bit the same. It applies
+and the head's preemption counts are written once at the end. The pass is planned in segments
+of cycles that keep one plan, a few scalar operations each, and its steps written once
+(``take_cycles``, ``engine/thrashrun.py``), bit for bit ``next_cycle``'s one cycle at a
+time. It applies
 only where the exact path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute
 preemption, a uniform pool without prefix caching, KV tiers or admission policies, and a
 roofline step-time model.

@@ -158,16 +158,18 @@ def _segment(
 
 
 def _step_seconds(c: _Cycles, segments: list[_Segment]) -> tuple[np.ndarray, np.ndarray]:
-    """The segments' step seconds and the head's blocks per step, in order."""
-    a = [np.tile(seg.a, seg.k) for seg in segments]
-    b = [np.tile(seg.b, seg.k) for seg in segments]
-    first, steps = segments[0].s, sum(seg.k * len(seg.plan) for seg in segments)
-    context = c.context + c.n * np.arange(first, first + steps)
-    line_a = a[0] if len(a) == 1 else np.concatenate(a)
-    line_b = b[0] if len(b) == 1 else np.concatenate(b)
-    head = np.concatenate([np.tile(seg.plan, seg.k) for seg in segments])
-    durations: np.ndarray = line_a + line_b * context
-    return durations, head
+    """The segments' step seconds and the head's blocks per step, in order (each segment's
+    cycles as rows, its lines broadcast over them: ``a + b * C`` for every step)."""
+    durations, head = [], []
+    for seg in segments:
+        length = len(seg.plan)
+        steps = np.arange(seg.s, seg.s + seg.k * length).reshape(seg.k, length)
+        context = c.context + c.n * steps
+        durations.append((np.array(seg.a) + np.array(seg.b) * context).ravel())
+        head.append(np.broadcast_to(np.array(seg.plan), (seg.k, length)).ravel())
+    if len(segments) == 1:
+        return durations[0], head[0]
+    return np.concatenate(durations), np.concatenate(head)
 
 
 def _cycles_in_time(
