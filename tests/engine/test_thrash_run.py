@@ -176,6 +176,19 @@ def _varied(rng: np.random.Generator, seed: int) -> _Cycles:
 
 
 @pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
+def test_segments_on_the_exact_clock_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the clock's upper bound never trusted (every segment timed on the exact clock and
+    cut there), the pass is still the one cycle at a time gives."""
+    monkeypatch.setattr(thrashrun, "MAX_BOUND_STEPS", -1)
+    for seed in range(0, 240, 3):
+        alone, together = (_varied(np.random.default_rng(seed), seed) for _ in range(2))
+        while alone.next_cycle(alone.arrival, same_time_s):  # type: ignore[attr-defined]
+            pass
+        thrashrun.take_cycles(together, together.arrival, same_time_s)  # type: ignore[attr-defined]
+        assert _state(together) == _state(alone), seed
+
+
+@pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
 def test_passes_end_where_one_cycle_at_a_time_ends() -> None:
     """From the state a pass leaves, ``next_cycle`` takes no further cycle."""
     ended = 0

@@ -103,7 +103,8 @@ def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], 
             break  # (``_plan`` passed: its first cycle keeps the plan; never reached)
         end_hi = now_hi + planned * length * step_hi
         bound = end_hi * (1.0 + BOUND_MARGIN)
-        if pending_steps > MAX_BOUND_STEPS or not next_arrival_s > bound + same_time_s(bound):
+        many = pending_steps + planned * length > MAX_BOUND_STEPS
+        if many or not next_arrival_s > bound + same_time_s(bound):
             _write(c, pending, held_init, crossings)  # the exact clock
             pending, pending_steps = [], 0
             segment.k = _cycles_in_time(c, segment, next_arrival_s, same_time_s)
@@ -128,7 +129,7 @@ def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], 
 def _segment(
     c: _Cycles, plan: list[int], crossings: _Crossings, held_init: int
 ) -> tuple[_Segment, float]:
-    """The cycles from the current step that keep ``plan`` (``_Plan``'s tests, each monotone
+    """The cycles from the current step that keep ``plan`` (``_Cycles._plan``'s tests, each monotone
     in the cycle) and the lines made at the first cycle's contexts; with an upper bound on one
     step's seconds over them."""
     m = len(plan) - 1  # steps with a head chunk; step ``m`` preempts the head
