@@ -116,7 +116,9 @@ def test_segments_give_one_cycle_at_a_time_bit_for_bit(monkeypatch: pytest.Monke
     num_long = num_plans = 0
     for seed in range(240):
         alone, together = (_varied(np.random.default_rng(seed), seed) for _ in range(2))
-        arrival = alone.arrival if seed % 3 else _varied_arrival_on_a_step(seed)  # type: ignore[attr-defined]
+        arrival: float = alone.arrival  # type: ignore[attr-defined]
+        if seed % 3 == 0:
+            arrival = _varied_arrival_on_a_step(seed)
         plans = set()
         while True:
             plan = alone._plan()

@@ -129,9 +129,9 @@ def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], 
 def _segment(
     c: _Cycles, plan: list[int], crossings: _Crossings, held_init: int
 ) -> tuple[_Segment, float]:
-    """The cycles from the current step that keep ``plan`` (``_Cycles._plan``'s tests, each monotone
-    in the cycle) and the lines made at the first cycle's contexts; with an upper bound on one
-    step's seconds over them."""
+    """The cycles from the current step that keep ``plan`` (``_Cycles._plan``'s tests, each
+    monotone in the cycle) and the lines made at the first cycle's contexts; with an upper
+    bound on one step's seconds over them."""
     m = len(plan) - 1  # steps with a head chunk; step ``m`` preempts the head
     length, s, usable, n = m + 1, c.num_steps, c.usable, c.n
     base = held_init  # the decoders' blocks after step ``t``: ``base + upto(t + 1)``
