@@ -190,6 +190,30 @@ def test_segments_on_the_exact_clock_alone(monkeypatch: pytest.MonkeyPatch) -> N
         assert _state(together) == _state(alone), seed
 
 
+class _NanLimits(_PiecewiseLines):
+    """Lines that change every 50 tokens of context but give no limit (nan)."""
+
+    def decode_line(self, num_seqs: int, context: int) -> tuple[float, float, float]:
+        return *super().decode_line(num_seqs, context)[:2], math.nan
+
+    def batch_line(self, batch: StepBatch) -> tuple[float, float, float]:
+        return *super().batch_line(batch)[:2], math.nan
+
+
+@pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
+def test_lines_without_a_limit_hold_for_one_cycle() -> None:
+    """A line with a nan limit is remade at every step by ``next_cycle``; a segment then holds
+    one cycle, whose lines are made at its own contexts."""
+    for seed in range(0, 120, 2):
+        alone, together = (_cycles(np.random.default_rng(seed)) for _ in range(2))
+        for c in (alone, together):
+            c.r.model = _NanLimits(50)  # type: ignore[assignment]
+        while alone.next_cycle(alone.arrival, same_time_s):  # type: ignore[attr-defined]
+            pass
+        thrashrun.take_cycles(together, together.arrival, same_time_s)  # type: ignore[attr-defined]
+        assert _state(together) == _state(alone), seed
+
+
 @pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
 def test_passes_end_where_one_cycle_at_a_time_ends() -> None:
     """From the state a pass leaves, ``next_cycle`` takes no further cycle."""

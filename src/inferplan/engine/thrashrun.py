@@ -148,9 +148,11 @@ def _segment(
             line_a, line_b, limit, _ = c.lines[i + 1]
         else:
             line_a, line_b, limit = c.r.model.decode_line(n, context)
-        if limit < math.inf:  # the scalar path takes another line from ``limit`` on
-            # (the first cycle's own line stands: ``next_cycle`` makes it at its context)
-            last = min(last, max((math.ceil(limit) - 1 - context) // (n * length), 0))
+        if not limit >= math.inf:  # the scalar path takes another line from ``limit`` on
+            # (the first cycle's own line stands: ``next_cycle`` makes it at its context; a
+            # limit at or below it, or nan, leaves that one cycle)
+            cap = (math.ceil(limit) - 1 - context) // (n * length) if limit > context else 0
+            last = min(last, cap)
         end = context + n * length * max(last, 0)
         step_hi = max(step_hi, line_a + line_b * context, line_a + line_b * end)
         a.append(line_a)
