@@ -87,16 +87,21 @@ def test_fast_equals_exact_when_heads_thrash(case: Case) -> None:
 
 
 def _fast(case: Case, *, runs: bool) -> tuple[SimulationResult, int]:
-    """A fast run with runs of cycles on (and how many ran), or one cycle at a time."""
+    """A fast run with the cycles planned in segments (and how many passes took cycles), or
+    one cycle at a time (``_Cycles.next_cycle``)."""
     taken = [0]
 
-    def counting(*args):  # type: ignore[no-untyped-def]
-        run = thrashrun.cycle_run(*args) if runs else None
-        taken[0] += run is not None
-        return run
+    def one_at_a_time(cycles, next_arrival_s, same_time_s):  # type: ignore[no-untyped-def]
+        while cycles.next_cycle(next_arrival_s, same_time_s):
+            pass
+
+    def counting(cycles, *args):  # type: ignore[no-untyped-def]
+        (thrashrun.take_cycles if runs else one_at_a_time)(cycles, *args)
+        taken[0] += cycles.num_cycles >= 2
+        return None
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(thrash_module, "cycle_run", counting)
+        patch.setattr(thrash_module, "take_cycles", counting)
         plan, model = _plan_and_model()
         wl = _workload(case)
         res = Simulation(wl, _config(case, wl, plan, exact=False), model).run(
@@ -107,7 +112,7 @@ def _fast(case: Case, *, runs: bool) -> tuple[SimulationResult, int]:
 
 @pure_only
 def test_runs_of_cycles_are_one_cycle_at_a_time_bit_for_bit() -> None:
-    """Runs of identical cycles (``engine/thrashrun.py``) ran and leave every record, the ITL
+    """Cycles planned in segments (``engine/thrashrun.py``) ran and leave every record, the ITL
     histogram and the KV trace as one cycle at a time does."""
     case = replace(THRASH, max_output=2000, spare_blocks=30)
     with_runs, num_runs = _fast(case, runs=True)

@@ -17,8 +17,10 @@ cycle); the decoders' blocks grow at the steps where a row crosses a block bound
 from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
 step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
 what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
-and the head's preemption counts are written once at the end. Consecutive cycles that keep one
-plan run at once (``next_run``, ``engine/thrashrun.py``), bit for bit the same. It applies
+and the head's preemption counts are written once at the end. The pass is planned in segments
+of cycles that keep one plan, a few scalar operations each, and its steps written once
+(``take_cycles``, ``engine/thrashrun.py``), bit for bit ``next_cycle``'s one cycle at a
+time. It applies
 only where the exact path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute
 preemption, a uniform pool without prefix caching, KV tiers or admission policies, and a
 roofline step-time model.
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.schedulers import Scheduler
-from inferplan.engine.thrashrun import cycle_run
+from inferplan.engine.thrashrun import take_cycles
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
 
@@ -50,10 +52,7 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
 
     cycles = _Cycles(replica)
-    while cycles.next_run(next_arrival_s, same_time_s) or cycles.next_cycle(
-        next_arrival_s, same_time_s
-    ):
-        pass
+    take_cycles(cycles, next_arrival_s, same_time_s)
     if cycles.num_steps == 0:
         return False
     cycles.commit()
@@ -190,29 +189,6 @@ class _Cycles:
         if next_arrival_s <= now + same_time_s(now):
             return False
         self._record(plan, durations)
-        return True
-
-    def next_run(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:
-        """Take a run of at least two cycles with the next cycle's plan at once
-        (``engine/thrashrun.py``); False, having done nothing, where fewer would run."""
-        plan = self._plan()
-        if plan is None:
-            return False
-        run = cycle_run(self, plan, next_arrival_s, same_time_s)
-        if run is None:
-            return False
-        times, blocks, durations, num_cycles, held = run
-        r = self.r
-        if self.num_cycles == 0 and math.isnan(r.records.first_scheduled_s[self.head]):
-            r.records.first_scheduled_s[self.head] = self.now
-        r.trace.record_many(times[:-1], blocks)
-        steps = len(durations)
-        self.held = held
-        self.now = float(times[-1])
-        self.num_steps += steps
-        self.durations.append(durations)
-        self.num_cycles += num_cycles
-        self.recomputed += num_cycles * (len(plan) - 1) * self.chunk
         return True
 
     def crossings_from(self, s: int, steps: int) -> np.ndarray:

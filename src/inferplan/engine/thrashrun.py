@@ -1,29 +1,44 @@
-"""Runs of identical doomed-head cycles at once (``engine/thrash.py``; issue 10, item 3).
+"""A doomed-head pass's cycles planned in scalars, their steps written once (``engine/thrash.py``).
 
 Above capacity with long outputs (``long10x`` in ``benchmarks/bench_regimes.py``) a full pool
 puts its queue head through the same cycle thousands of times between two decoder finishes:
 admit its first chunk, run ``m - 1`` more chunks while their blocks fit, preempt it at the
 ``m + 1``-th step. ``thrash._Cycles.next_cycle`` takes one cycle per call (its plan, its step
 times, a KV trace record per step: about 20 us of Python per cycle). Consecutive cycles differ
-only in the decoders' blocks, which grow at the steps where a row crosses a block boundary
-(the histogram of the rows' offsets in their last block gives every step's crossings), and in
-the decode context, which grows by ``n`` a step. So the cycles that keep the first one's plan
-(``_Cycles._plan``'s tests, evaluated for every candidate cycle at once on the cumulative
-crossings), whose steps stay on the same step-time lines (each line holds below its ``limit``)
-and whose last step starts before the next arrival is seen, are taken in one vector pass:
+only in the decoders' blocks, which grow at the steps where a row crosses a block boundary, and
+in the decode context, which grows by ``n`` a step; the plan's ``m`` only falls as the decoders
+grow. So ``take_cycles`` plans the pass as *segments*, each the cycles that keep one plan and
+one set of step-time lines, and costs a few scalar operations per segment, not per cycle:
 
-- each step's seconds is its line's ``a + b * C``, the same float as the scalar path's;
-- the clock is the sequential sum of the step seconds (``np.cumsum`` adds in order, as the
-  scalar path's ``now += step``), so the arrival test sees the same floats;
-- the KV trace takes every step's record at once (``StepTrace.record_many``, the same state as
-  one ``record`` per step).
+- **Blocks in closed form.** Row offsets in their last block repeat every ``B`` steps, so the
+  decoders' crossings over steps ``[0, t)`` are ``(t // B) * n + Q[t % B]`` (``Q``: prefix sums
+  of one period of the offset histogram) and the last step whose cumulative crossings stay
+  within a bound is one division and one ``bisect``. Each test of ``_Cycles._plan`` is monotone
+  in the cycle (the decoders' blocks only grow, the head's blocks per step rise with its
+  chunk), so the last cycle that keeps the plan is where its binding test flips: the head's
+  ``m``-th chunk beside the decoders, the decoders alone at the preempting step, the first
+  finish (``steps_left``), and each line's ``limit`` (a linear bound on the context).
+- **The arrival in floats.** A cycle runs only if its last step starts before the loop would
+  take the arrival; the clock is the sequential float sum of the step seconds, so where an
+  upper bound on the segment's end (every step at its line's larger end, with a margin of
+  1e-9, far above the sum's rounding) already clears the arrival the segment is taken whole,
+  and otherwise the exact clock is made (the pending steps' ``cumsum``) and the segment cut at
+  the first cycle that does not start in time, as one cycle at a time would.
+- **The steps written once.** At the pass's end (or at such a cut) every pending segment's step
+  seconds are its line's ``a + b * C`` (the same float as the scalar path's), the clock their
+  ``np.cumsum`` from ``now`` (adds in order, as ``now += step``), and the KV trace takes every
+  step's blocks at once (``StepTrace.record_many``, the same state as one ``record`` a step).
 
-Results are therefore bit for bit those of one cycle at a time (``tests/engine/test_thrash.py``
-compares both); a run shorter than two cycles is left to ``next_cycle``.
+The lines are made where ``next_cycle`` would make them: at each segment's first cycle (a line
+kept from an earlier cycle or call is taken where it holds). Results are therefore bit for bit
+those of one cycle at a time (``tests/engine/test_thrash_run.py`` drives both from random
+states; ``tests/engine/test_thrash.py`` whole simulations).
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,73 +47,157 @@ import numpy as np
 if TYPE_CHECKING:
     from inferplan.engine.thrash import _Cycles
 
-MAX_RUN_CYCLES = 256  # candidate cycles evaluated at once (a longer run is several)
+# Relative margin of the clock's upper bound over the float sum of the step seconds: that sum
+# of at most ``MAX_BOUND_STEPS`` positive terms rounds by less than 1e-10 relative.
+BOUND_MARGIN = 1e-9
+MAX_BOUND_STEPS = 1 << 20  # pending steps beyond which the exact clock is made anyway
 
-# The steps of a run: (step start times and the run's end, KV blocks in use per step, step
-# seconds, cycles, the decoders' blocks after the run).
-Run = tuple[np.ndarray, np.ndarray, np.ndarray, int, int]
+
+class _Segment:
+    """Cycles ``k`` with one plan from step ``s``: the head's blocks per step and each step's
+    line (``a + b * C``) for the cycle's positions."""
+
+    __slots__ = ("a", "b", "k", "plan", "s")
+
+    def __init__(self, s: int, k: int, plan: list[int], a: list[float], b: list[float]) -> None:
+        self.s, self.k, self.plan, self.a, self.b = s, k, plan, a, b
 
 
-def cycle_run(
-    c: _Cycles, plan: list[int], next_arrival_s: float, same_time_s: Callable[[Any], Any]
-) -> Run | None:
-    """The longest run (at least two cycles) of cycles with ``plan`` (head blocks per step,
-    the last 0: the step that preempts the head) from the cycles' state, or None."""
+class _Crossings:
+    """The decoders' cumulative block crossings over steps ``[0, t)``, and its inverse."""
+
+    def __init__(self, by_offset: list[int], block: int, n: int) -> None:
+        self.block, self.n = block, n
+        prefix, total = [0], 0
+        for u in range(block):
+            total += by_offset[-u % block]
+            prefix.append(total)
+        self.prefix = prefix  # ``prefix[block] == n``: every row crosses once a period
+
+    def upto(self, t: int) -> int:
+        q, r = divmod(t, self.block)
+        return q * self.n + self.prefix[r]
+
+    def last_within(self, bound: int) -> int:
+        """The largest ``t`` with ``upto(t) <= bound`` (-1 where even ``t = 0`` exceeds it)."""
+        if bound < 0:
+            return -1
+        q, rem = divmod(bound, self.n)
+        return q * self.block + bisect_right(self.prefix, rem, 0, self.block) - 1
+
+
+def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], Any]) -> None:
+    """Take every cycle ``next_cycle`` would take one at a time from the cycles' state, up to
+    the first that is not one or does not start before the arrival is seen."""
+    crossings = _Crossings(c.by_offset, c.block, c.n)
+    held_init = c.held - crossings.upto(c.num_steps)  # the decoders' blocks before step 0
+    pending: list[_Segment] = []
+    now_hi, pending_steps = c.now, 0  # an upper bound on the clock after the pending steps
+    while True:
+        plan = c._plan()
+        if plan is None:
+            break
+        segment, step_hi = _segment(c, plan, crossings, held_init)
+        planned, length = segment.k, len(plan)
+        if planned == 0:
+            break  # (``_plan`` passed: its first cycle keeps the plan; never reached)
+        end_hi = now_hi + planned * length * step_hi
+        bound = end_hi * (1.0 + BOUND_MARGIN)
+        many = pending_steps + planned * length > MAX_BOUND_STEPS
+        if many or not next_arrival_s > bound + same_time_s(bound):
+            _write(c, pending, held_init, crossings)  # the exact clock
+            pending, pending_steps = [], 0
+            segment.k = _cycles_in_time(c, segment, next_arrival_s, same_time_s)
+            if segment.k == 0:
+                break
+            end_hi = c.now + segment.k * length * step_hi
+        if c.num_cycles == 0 and math.isnan(c.r.records.first_scheduled_s[c.head]):
+            c.r.records.first_scheduled_s[c.head] = c.now
+        steps = segment.k * length
+        pending.append(segment)
+        pending_steps += steps
+        now_hi = end_hi
+        c.num_steps += steps
+        c.held = held_init + crossings.upto(c.num_steps)
+        c.num_cycles += segment.k
+        c.recomputed += segment.k * (length - 1) * c.chunk
+        if segment.k < planned:
+            break  # the next cycle starts too late for the arrival
+    _write(c, pending, held_init, crossings)
+
+
+def _segment(
+    c: _Cycles, plan: list[int], crossings: _Crossings, held_init: int
+) -> tuple[_Segment, float]:
+    """The cycles from the current step that keep ``plan`` (``_Cycles._plan``'s tests, each
+    monotone in the cycle) and the lines made at the first cycle's contexts; with an upper
+    bound on one step's seconds over them."""
     m = len(plan) - 1  # steps with a head chunk; step ``m`` preempts the head
-    length, s = m + 1, c.num_steps
-    room = c.steps_left - s - m - 2  # cycle k ends before the first finish iff k * length <= room
-    if room < length:
-        return None
-    count = min(room // length + 1, MAX_RUN_CYCLES)
-    held = c.held + c.crossings_from(s, count * length).reshape(count, length)
-    ok = _keeps_plan(c, plan, held)
-    context = c.context + c.n * (s + np.arange(count * length)).reshape(count, length)
-    a, b, limit = _lines(c, m, context[0])
-    ok &= (context < limit).all(axis=1)  # the scalar path would take another line
-    durations: np.ndarray = a + b * context
-    times = np.cumsum(np.concatenate(([c.now], durations.ravel())))
-    last_start = times[m : count * length : length]  # each cycle's last step starts then
-    ok &= next_arrival_s > last_start + same_time_s(last_start)
-    num_cycles = count if bool(ok.all()) else int(ok.argmin())
-    if num_cycles < 2:
-        return None
-    steps = num_cycles * length
-    outside = c.r.cfg.num_blocks - c.usable
-    blocks: np.ndarray = (held[:num_cycles] + np.array(plan)).ravel() + outside
-    step_s: np.ndarray = durations[:num_cycles].ravel()
-    return (
-        times[: steps + 1],
-        blocks,
-        step_s,
-        num_cycles,
-        int(held[num_cycles - 1, -1]),
-    )
+    length, s, usable, n = m + 1, c.num_steps, c.usable, c.n
+    base = held_init  # the decoders' blocks after step ``t``: ``base + upto(t + 1)``
+    last = (c.steps_left - s - m - 2) // length  # a decoder finishes after the last
+    # The head's ``m``-th chunk beside the decoders (its blocks rise with the chunk: the
+    # binding step), and the decoders alone at the preempting step.
+    last = min(last, (crossings.last_within(usable - plan[m - 1] - base) - s - m) // length)
+    last = min(last, (crossings.last_within(usable - base) - s - m - 1) // length)
+    a, b, step_hi = [], [], 0.0
+    for i in range(length):
+        context = c.context + n * (s + i)
+        if i < m:
+            c._step_s(i + 1, context)  # makes ``c.lines[i + 1]`` the line at this context
+            line_a, line_b, limit, _ = c.lines[i + 1]
+        else:
+            line_a, line_b, limit = c.r.model.decode_line(n, context)
+        if not limit >= math.inf:  # the scalar path takes another line from ``limit`` on
+            # (the first cycle's own line stands: ``next_cycle`` makes it at its context; a
+            # limit at or below it, or nan, leaves that one cycle)
+            cap = (math.ceil(limit) - 1 - context) // (n * length) if limit > context else 0
+            last = min(last, cap)
+        end = context + n * length * max(last, 0)
+        step_hi = max(step_hi, line_a + line_b * context, line_a + line_b * end)
+        a.append(line_a)
+        b.append(line_b)
+    return _Segment(s, last + 1, plan, a, b), step_hi
 
 
-def _keeps_plan(c: _Cycles, plan: list[int], held: np.ndarray) -> np.ndarray:
-    """Per candidate cycle, ``_Cycles._plan``'s tests with this plan (``held``: the decoders'
-    blocks after each step's crossings): every chunk's blocks fit beside them, the next chunk's
-    do not, and the decoders themselves fit at the preempting step."""
-    m, usable = len(plan) - 1, c.usable
-    next_need = c._blocks(min((m + 1) * c.chunk, c.tokens))
-    fits = (held[:, :m] + np.array(plan[:m]) <= usable).all(axis=1)
-    last = held[:, m]
-    result: np.ndarray = fits & (last + next_need > usable) & (last <= usable)
-    return result
+def _step_seconds(c: _Cycles, segments: list[_Segment]) -> tuple[np.ndarray, np.ndarray]:
+    """The segments' step seconds and the head's blocks per step, in order (each segment's
+    cycles as rows, its lines broadcast over them: ``a + b * C`` for every step)."""
+    durations, head = [], []
+    for seg in segments:
+        length = len(seg.plan)
+        steps = np.arange(seg.s, seg.s + seg.k * length).reshape(seg.k, length)
+        context = c.context + c.n * steps
+        durations.append((np.array(seg.a) + np.array(seg.b) * context).ravel())
+        head.append(np.broadcast_to(np.array(seg.plan), (seg.k, length)).ravel())
+    if len(segments) == 1:
+        return durations[0], head[0]
+    return np.concatenate(durations), np.concatenate(head)
 
 
-def _lines(c: _Cycles, m: int, context: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each step's line ``(a, b, limit)`` at the first cycle's ``context``: the head's chunk
-    ``j`` beside the decoders (``_Cycles._step_s``, which caches it), then the decode step."""
-    a, b, limit = [], [], []
-    for i in range(m):
-        c._step_s(i + 1, int(context[i]))  # makes ``c.lines[i + 1]`` the line at this context
-        line = c.lines[i + 1]
-        a.append(line[0])
-        b.append(line[1])
-        limit.append(line[2])
-    decode = c.r.model.decode_line(c.n, int(context[m]))
-    a.append(decode[0])
-    b.append(decode[1])
-    limit.append(decode[2])
-    return np.array(a), np.array(b), np.array(limit)
+def _cycles_in_time(
+    c: _Cycles, segment: _Segment, next_arrival_s: float, same_time_s: Callable[[Any], Any]
+) -> int:
+    """The segment's cycles whose last step starts before the arrival is seen, from the exact
+    clock ``c.now``."""
+    durations, _ = _step_seconds(c, [segment])
+    times = np.cumsum(np.concatenate(([c.now], durations)))
+    length = len(segment.plan)
+    last_start = times[length - 1 : segment.k * length : length]
+    ok = next_arrival_s > last_start + same_time_s(last_start)
+    return segment.k if bool(ok.all()) else int(ok.argmin())
+
+
+def _write(c: _Cycles, segments: list[_Segment], held_init: int, crossings: _Crossings) -> None:
+    """The pending segments' steps: the clock, the KV trace (blocks in use once each step's
+    blocks are allocated) and the step seconds kept for the ITL samples at ``commit``."""
+    if not segments:
+        return
+    durations, head = _step_seconds(c, segments)
+    first, steps = segments[0].s, len(durations)
+    held = held_init + crossings.upto(first) + c.crossings_from(first, steps)
+    times = np.cumsum(np.concatenate(([c.now], durations)))
+    outside = c.r.cfg.num_blocks - c.usable  # blocks neither the decoders nor free hold
+    c.r.trace.record_many(times[:-1], held + head + outside)
+    c.now = float(times[-1])
+    c.durations.append(durations)
