@@ -29,6 +29,7 @@ from inferplan.engine.chunk_step import chunk_step
 from inferplan.engine.implicit_step import implicit_decode_and_admit_step
 from inferplan.engine.offload import KvOffload
 from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.preempt_step import preempt_step
 from inferplan.engine.running import RunningSet
 from inferplan.engine.schedulers import SCHEDULERS, StepDecision
 from inferplan.engine.speculation import SpecDecode
@@ -227,7 +228,9 @@ class Replica:
         """Schedule and run one engine step; advance ``now`` by its time."""
         if self.offload is not None:
             self.offload.begin_step(self)
-        if self._decode_and_admit_step() or (self.offload is None and chunk_step(self)):
+        if self._decode_and_admit_step():
+            return
+        if self.offload is None and (chunk_step(self) or preempt_step(self)):
             return
         self._run(self.scheduler.schedule(self.now))
         self._decoding = None

@@ -151,7 +151,8 @@ class RunningSet:
             times = np.zeros(2 * row, dtype=np.float64)
             times[:row] = self._times[:row]
             self._set_buffers(ints, times)
-        lag = self.rows.lag  # stored decode columns lag the pending decode steps
+        rows = self.rows
+        lag = rows.lag  # stored decode columns lag the pending decode steps
         stored = (
             request_id,
             num_computed - lag,
@@ -159,11 +160,17 @@ class RunningSet:
             num_generated - lag,
             target,
             held_blocks,
-            self.rows.itl_length,
+            rows.itl_length,
         )
+        # Each ``_INT_COLUMNS``' value at ``column * capacity + row``, unrolled (per admission).
         flat, capacity = self._flat, self._capacity
-        for column, value in enumerate(stored):
-            flat[column * capacity + row] = value
+        flat[row] = request_id
+        flat[capacity + row] = stored[1]
+        flat[2 * capacity + row] = stored[2]
+        flat[3 * capacity + row] = stored[3]
+        flat[4 * capacity + row] = target
+        flat[5 * capacity + row] = held_blocks
+        flat[6 * capacity + row] = stored[6]
         self._times[row] = last_token_s
         if self.appended is not None:
             self.appended.append(stored)

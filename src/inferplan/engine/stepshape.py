@@ -16,13 +16,16 @@ def step_shape(
         if q == 1 and o:
             return 0, 0.0, 0, 0, n + 1, decode_context + o + 1
         return q, float(q * o + q * (q + 1) / 2), o, 1, n, decode_context
-    pre = [(q, o) for q, o in zip(chunks, hits, strict=True) if q > 1 or o == 0]
-    decode_context += sum(o + 1 for q, o in zip(chunks, hits, strict=True) if q == 1 and o)
-    return (
-        sum(q for q, _ in pre),
-        float(sum(q * o + q * (q + 1) / 2 for q, o in pre)),
-        sum(o for _, o in pre),
-        len(pre),
-        n + len(chunks) - len(pre),
-        decode_context,
-    )
+    # One pass over the rows (an admission step above capacity has several): the same sums,
+    # integer-valued (the attention pairs too), so their order does not matter.
+    tokens = context = num_prefill = 0
+    pairs = 0.0
+    for q, o in zip(chunks, hits, strict=True):
+        if q == 1 and o:
+            decode_context += o + 1
+            continue
+        tokens += q
+        pairs += q * o + q * (q + 1) / 2
+        context += o
+        num_prefill += 1
+    return tokens, pairs, context, num_prefill, n + len(chunks) - num_prefill, decode_context
