@@ -35,7 +35,7 @@ def main() -> None:
         stall_share = (
             1 - GRID[np.searchsorted(quantiles, 3 * median)] if quantiles[-1] > 3 * median else 0.0
         )
-        p99_s = measured.get("itl_p99", 0.0) / 1e3
+        p99_s = (measured.get("itl_p99") or 0.0) / 1e3
         at = GRID[min(int(np.searchsorted(quantiles, p99_s)), len(GRID) - 1)]
         requests = run_rows[0].num_requests
         gaps = itl.total_weight / requests

@@ -50,6 +50,7 @@ MODULES = (
     "engine/ownstretch.py",
     "engine/plain_admission.py",
     "engine/policies.py",
+    "engine/preempt_step.py",
     "engine/prefill_first.py",
     "engine/prefix_admission.py",
     "engine/replica.py",

@@ -56,7 +56,7 @@ def _fast(
         )
         if columns:
             patch.setattr(
-                chunk_step, "_emit", lambda r, last, after, duration: chunk_step._column_finish(
+                chunk_step, "emit_rows", lambda r, last, after, duration: chunk_step.column_finish(
                     r, last, [row[3] for row in after], duration
                 ),
             )  # fmt: skip

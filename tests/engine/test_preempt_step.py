@@ -58,10 +58,10 @@ def _fast(
         patch.setattr(replica, "preempt_step", counting if closed else lambda r: False)
         if columns:
             patch.setattr(
-                preempt_step, "_emit", lambda r, last, after, duration: preempt_step._column_finish(
-                    r, last, [], duration
-                ),
-            )  # fmt: skip
+                preempt_step,
+                "emit_rows",
+                lambda r, last, after, duration: preempt_step.column_finish(r, last, [], duration),
+            )
         sim = _simulation(case)
         res = sim.run(check=(lambda rep: rep.check_invariants()) if check else None)
     return res, taken[0]

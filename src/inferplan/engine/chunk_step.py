@@ -61,7 +61,7 @@ def chunk_step(r: Replica) -> bool:
     generated = flat[_GENERATED * capacity + last] + lag
     if left < 1 or (left == 1 and generated):  # the last row decodes: not this step
         return False
-    if not _decoders_ready(r, last):
+    if not decoders_ready(r, last):
         return False
     block, pool = rows.block, r.pool
     chunk = min(left, budget - last)
@@ -85,17 +85,17 @@ def chunk_step(r: Replica) -> bool:
     r.now = now = start + duration
     r.num_steps += 1
     if start != now - duration:  # gaps not one step long in floats: the column form
-        _column_finish(r, last, chunks, duration)
+        column_finish(r, last, chunks, duration)
         return True
     after = [(last, computed, generated, chunk), *_admitted(last + 1, chunks[1:], appended, lag)]
-    _emit(r, last, after, duration)
+    emit_rows(r, last, after, duration)
     return True
 
 
 def _admitted(
     first_row: int, chunks: list[int], appended: list[tuple[int, ...]], lag: int
 ) -> list[tuple[int, int, int, int]]:
-    """The admitted rows as ``_emit`` takes them: row, computed and generated tokens, chunk."""
+    """The admitted rows as ``emit_rows`` takes them: row, computed and generated tokens, chunk."""
     return [
         (first_row + i, stored[_COMPUTED] + lag, stored[_GENERATED] + lag, chunk)
         for i, (stored, chunk) in enumerate(zip(appended, chunks, strict=True))
@@ -125,11 +125,11 @@ def emit_admitted(
     for stored, (_, computed, _, chunk) in zip(appended[:-1], after[:-1], strict=True):
         if computed + chunk != stored[_TOKENS] + lag:
             return False  # only the last admitted may prefill on
-    _emit(r, n, after, duration)
+    emit_rows(r, n, after, duration)
     return True
 
 
-def _decoders_ready(r: Replica, last: int) -> bool:
+def decoders_ready(r: Replica, last: int) -> bool:
     """Rows ``[0, last)`` decode (one token each, sampled before), hold ``ceil(computed / B)``
     blocks and emitted at ``now``, with the implicit scalars of those rows only (learnt here
     where the last step was not this one); the last row's lazy block and time written."""
@@ -168,7 +168,9 @@ def _emitted_at(r: Replica, n: int, start: float) -> bool:
     return rows.time_s == start
 
 
-def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duration: float) -> None:
+def emit_rows(
+    r: Replica, last: int, after: list[tuple[int, int, int, int]], duration: float
+) -> None:
     """The step's tokens, records and implicit state where the decoders (rows ``[0, last)``)
     and every other row that emits had their last token at the step's start, except a
     prefilling row (its own last token time). ``after``: the rows after the decoders, in row
@@ -234,7 +236,7 @@ def _emit(r: Replica, last: int, after: list[tuple[int, int, int, int]], duratio
     r.chunk_mark = (r.num_steps, now, run._size)
 
 
-def _column_finish(r: Replica, last: int, chunks: list[int], duration: float) -> None:
+def column_finish(r: Replica, last: int, chunks: list[int], duration: float) -> None:
     """The rest of the step in column form (``Replica._finish_step``): the decoders take the
     block they cross into, every row its tokens, and the rows whose prompt is done sample."""
     run = r.running

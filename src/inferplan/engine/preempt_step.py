@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferplan.engine.chunk_step import PLAIN, _column_finish, _decoders_ready, _emit
+from inferplan.engine.chunk_step import PLAIN, column_finish, decoders_ready, emit_rows
 from inferplan.engine.stepshape import step_shape
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ def preempt_step(r: Replica) -> bool:
     r.now = now = start + duration
     r.num_steps += 1
     if start != now - duration:  # gaps not one step long in floats: the column form
-        _column_finish(r, last, [], duration)
+        column_finish(r, last, [], duration)
         return True
-    _emit(r, last, [], duration)
+    emit_rows(r, last, [], duration)
     return True
 
 
@@ -76,11 +76,11 @@ def victim_crossing(r: Replica) -> int | None:
     left = flat[_TOKENS * capacity + last] + lag - computed
     if left < 1 or (left == 1 and flat[_GENERATED * capacity + last] + lag):
         return None  # the last row decodes: not this step
-    if not _decoders_ready(r, last):
+    if not decoders_ready(r, last):
         return None
     block, free = rows.block, r.pool.free_blocks
     chunk = min(left, budget - last)
-    held = flat[_HELD * capacity + last]  # written by ``_decoders_ready``
+    held = flat[_HELD * capacity + last]  # written by ``decoders_ready``
     grown = max(-(-(computed + chunk) // block) - held, 0)
     crossing: int = rows.hist[-lag % block]  # ``crossings(1)`` of the decoders
     if crossing + grown <= free or crossing > free + held:
