@@ -38,6 +38,8 @@ def main() -> None:
         p99_s = (measured.get("itl_p99") or 0.0) / 1e3
         at = GRID[min(int(np.searchsorted(quantiles, p99_s)), len(GRID) - 1)]
         requests = run_rows[0].num_requests
+        if not requests:  # every GPUStack run states its request count
+            continue
         gaps = itl.total_weight / requests
         print(
             f"{key[0]:45s} {key[3]:>5}/{key[4]:<4} requests {requests:4d} gaps/request {gaps:5.1f}"
