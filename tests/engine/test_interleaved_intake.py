@@ -62,6 +62,9 @@ def test_behind_a_concurrency_limit_each_request_pays_its_own_work() -> None:
     fe = FrontEnd(per_request_s=0.01, intake_interleaved=True)
     delays = tokenizer_delays(burst(4), fe, max_concurrency=2)
     np.testing.assert_allclose(delays, [0.01] * 4, rtol=0, atol=1e-12)
+    # first come first served too: the limited sends never queue as one burst
+    fcfs = tokenizer_delays(burst(4), FrontEnd(per_request_s=0.01), max_concurrency=2)
+    np.testing.assert_allclose(fcfs, [0.01] * 4, rtol=0, atol=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

@@ -1,6 +1,6 @@
 """vLLM's harmony stream (gpt-oss) merges a request's first token gaps into one ITL sample
-(plan/chat_stream.py ``with_merged_gaps``), and vLLM's ShareGPT runs are drawn at the means
-they published (plan/sharegpt.py ``at_means``, plan/run_workload.py)."""
+(plan/chat_stream.py ``with_merged_gaps``), and every engine's ShareGPT runs are drawn at the
+means they published (plan/sharegpt.py, plan/published_runs.py ``run_workload``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.plan.chat_stream import HARMONY_MERGED_GAPS, merged_gaps, with_merged_gaps
 from inferplan.plan.published import bundled_published
 from inferplan.plan.published_runs import run_workload
-from inferplan.plan.sharegpt import at_means
 
 
 def _records(outputs: list[int]) -> RequestRecords:
@@ -59,18 +58,6 @@ def test_only_vllm_harmony_chat_rows_merge_gaps() -> None:
     assert merged_gaps(sglang_oss) == 0
     completions = replace(oss, settings={**oss.settings, "endpoint": "openai /v1/completions"})
     assert merged_gaps(completions) == 0
-
-
-def test_at_means_hits_the_published_means_within_the_cap() -> None:
-    rng = np.random.default_rng(0)
-    inputs = rng.lognormal(4.5, 1.0, size=100).round().astype(np.int64) + 1
-    outputs = rng.lognormal(4.5, 1.0, size=100).round().astype(np.int64) + 1
-    ins, outs = at_means(inputs, outputs, 228.36, 213.38, 4096)
-    assert ins.mean() == pytest.approx(228.36, abs=0.6)
-    assert outs.mean() == pytest.approx(213.38, abs=0.6)
-    assert ins.max() <= 4096 and outs.min() >= 1
-    tiny = at_means(inputs, outputs, 228.36, 1e6, 4096)[1]
-    assert tiny.max() == 4096  # the cap holds
 
 
 def test_every_engines_sharegpt_runs_send_the_published_means() -> None:

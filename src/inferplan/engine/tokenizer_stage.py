@@ -24,9 +24,10 @@ replays the same per-request jobs at the client's arrivals beside the output tok
 the API process's time is charged once per job; where the front end takes requests in
 apart from its output stream (``FrontEnd.requests_apart``, SGLang) that pass serves the tokens
 only. Zero per-request costs change nothing (the
-same workload object is simulated). With a client-side concurrency limit the delay is applied to
-the sends before the limit, an approximation (the limit then holds delayed requests); the
-bundled front ends with a per-request cost (``triton-trtllm``) serve runs without one.
+same workload object is simulated). Behind a client-side concurrency limit each request pays its
+own work only: the client sends one as another finishes, so no burst queues in the tokenizer
+(at most ``max_concurrency`` requests wait; charging the limited sends as one burst at t = 0 put
+request ``i`` of a 100-request run behind ``i`` others' work, a delay the limit never lets form).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def tokenizer_delays(
     """Seconds each request spends in the tokenizer stage (queue and its own work) before the
     scheduler sees it; zeros where the front end has no per-request cost. An interleaved intake
     behind a client's concurrency limit charges each request its own work only: the client
-    sends one as another finishes, so no burst forms (at most ``max_concurrency`` wait)."""
+    sends one as another finishes, so no burst forms (at most ``max_concurrency`` wait); so
+    does a first-come-first-served one there, for the same reason."""
     cost = (fe.per_request_s + fe.per_input_token_s * workload.input_tokens) / max(servers, 1)
     arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
     first_s = fe.interleaved_s / max(servers, 1)
@@ -62,7 +64,7 @@ def tokenizer_delays(
     if first_s > 0 and not max_concurrency:  # SGLang: ``FrontEnd.interleaved_s``
         return two_phase_finish(arrivals, first_s, cost) - arrivals
     cost = cost + first_s
-    if fe.intake_interleaved and max_concurrency:
+    if max_concurrency:
         return np.array(cost, dtype=np.float64)
     if fe.intake_interleaved:
         return interleaved_delays(arrivals, cost)

@@ -19,8 +19,9 @@ with its engine's memory rule and limits, and one of two predictions:
 
 Where the source is silent: ``kv_cache_free_gpu_mem_fraction`` 0.95 where the table says most
 runs used it, else 0.9; FP8 KV with TensorRT-LLM's FP8 and FP4 (ModelOpt) checkpoints; ShareGPT
-lengths lognormal (sigma 1) scaled to exactly the published means
-(``sharegpt.at_means``); ``random`` inputs at the published mean.
+lengths drawn from ShareGPT's measured (prompt, output) pairs, scaled to the run's published
+totals (``sharegpt.sharegpt_lengths``; the pairs as counted where a row states no mean);
+``random`` inputs at the published mean.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from inferplan.plan.served import (
     with_overlap_schedule,
     with_vllm_configs,
 )
-from inferplan.plan.sharegpt import at_means
+from inferplan.plan.sharegpt import sharegpt_lengths
 from inferplan.plan.trtllm_bench import stated_attention_dp, trtllm_bench_limits
 from inferplan.plan.trtllm_serve import (
     chunked_prefill,
@@ -88,8 +89,7 @@ from inferplan.specs.parallel import Parallelism
 from inferplan.workload import synthetic
 from inferplan.workload.request import Workload
 
-SHAREGPT_SIGMA = 1.0
-SHAREGPT_MAX_TOKENS = 4096
+DEFAULT_CONTEXT_TOKENS = 8192  # the context a run that states none is planned with
 QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many requests
 
 
@@ -173,7 +173,7 @@ def run_setup(row: PublishedRow) -> RunSetup:
     memory = MemoryConfig(
         quantization=_quantization(row, model),
         kv_cache_dtype=kv,
-        max_model_len=max_len or max(longest, SHAREGPT_MAX_TOKENS * 2),
+        max_model_len=max_len or max(longest, DEFAULT_CONTEXT_TOKENS),
         max_num_batched_tokens=defaults.max_num_batched_tokens,
         max_num_seqs=defaults.max_num_seqs,
         block_size=defaults.block_size,
@@ -213,13 +213,10 @@ def memory_plan(setup: RunSetup) -> MemoryPlan:
 
 
 def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    if row.dataset == "sharegpt":
+        return sharegpt_lengths(num, row.input_len_mean, row.output_len_mean, rng)
     mean_in = row.input_len_mean or float(row.input_len or 1)
     mean_out = row.output_len_mean or float(row.output_len or 1)
-    if row.dataset == "sharegpt":
-        cap = SHAREGPT_MAX_TOKENS
-        inputs = synthetic.lognormal_lengths(num, mean_in, SHAREGPT_SIGMA, cap, rng)
-        outputs = synthetic.lognormal_lengths(num, mean_out, SHAREGPT_SIGMA, cap, rng)
-        return at_means(inputs, outputs, mean_in, mean_out, cap)
     return (
         np.full(num, max(1, round(mean_in)), dtype=np.int64),
         np.full(num, max(1, round(mean_out)), dtype=np.int64),
