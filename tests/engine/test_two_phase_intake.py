@@ -84,9 +84,9 @@ def test_tokenizer_delays_use_the_two_parts_pooled_over_servers() -> None:
     np.testing.assert_allclose(delays, [6 * MS, 8 * MS, 10 * MS, 12 * MS], rtol=0, atol=1e-12)
     halved = tokenizer_delays(burst([0.0] * 4), fe, servers=2)  # 0.5 ms then 1 ms
     np.testing.assert_allclose(halved, [3 * MS, 4 * MS, 5 * MS, 6 * MS], rtol=0, atol=1e-12)
-    # behind a client's concurrency limit no burst forms: first come first served on 3 ms
+    # behind a client's concurrency limit no burst forms: each pays its own 1 + 2 ms only
     limited = tokenizer_delays(burst([0.0] * 4), fe, max_concurrency=2)
-    np.testing.assert_allclose(limited, [3 * MS, 6 * MS, 9 * MS, 12 * MS], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(limited, [3 * MS] * 4, rtol=0, atol=1e-12)
 
 
 def test_no_first_part_is_first_come_first_served() -> None:
