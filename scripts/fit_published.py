@@ -208,8 +208,9 @@ def predict_served(rows: list[PublishedRow], c: Constants) -> list[RowResult]:
 # host costs). "row": every row alike (the engine with the most rows leads the fit); "family":
 # each engine's rows in the block share the same total weight (trtllm-bench's closed form, vLLM,
 # SGLang, trtllm-serve and Triton count alike on a family whatever their row counts); "overall":
-# each engine's rows in the whole fit share the same total weight.
-BALANCES = ("row", "family", "overall")
+# each engine's rows in the whole fit share the same total weight; "sqrt": each engine's rows in
+# the block weigh the square root of their count in all (between "row" and "family").
+BALANCES = ("row", "family", "overall", "sqrt")
 CLOSED_FORM = "trtllm-bench"
 
 
@@ -262,13 +263,14 @@ def block_weights(rows: list[PublishedRow], served: Served | None) -> tuple[floa
     engines = [served_engine(r) for r in served.rows]
     if served.balance == "row":
         counts: dict[str, int] = {}
-    elif served.balance == "family":
+    elif served.balance in ("family", "sqrt"):
         counts = engine_totals(rows, served)
     else:
         counts = served.totals or engine_totals(rows, served)
+    power = 0.5 if served.balance == "sqrt" else 1.0
 
     def weight(engine: str) -> float:
-        return 1.0 / counts[engine] if counts else 1.0
+        return counts[engine] ** -power if counts else 1.0
 
     each = np.array([weight(e) for e in engines]) * served.weight
     return (weight(CLOSED_FORM) if rows else 1.0), each
@@ -526,9 +528,10 @@ def joint_cross_validate(
     closed: list[RowResult] = []
     out: list[RowResult] = []
     with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        for a, b in pool.map(_joint_fold, *zip(*args, strict=True)):
+        for i, (a, b) in enumerate(pool.map(_joint_fold, *zip(*args, strict=True))):
             closed.extend(a)
             out.extend(b)
+            print(f"  fold {i + 1}/{len(args)} done", file=sys.stderr, flush=True)
     return closed, out
 
 
@@ -720,7 +723,8 @@ def main(argv: list[str]) -> int:
         default="row",
         help="With --served: how the engines' rows weigh in each family's and release's loss "
         "(row: every row alike; family: each engine's rows there the same total; overall: "
-        "each engine's rows in the whole fit the same total)",
+        "each engine's rows in the whole fit the same total; sqrt: each engine's rows there "
+        "the square root of their count)",
     )
     parser.add_argument(
         "--served-save", help="With --served: pickle the linearised served rows to this file"

@@ -113,6 +113,11 @@ def test_block_weights_balance_each_engine_by_hand() -> None:
     closed_w, each = fit.block_weights(closed, served)
     assert closed_w == 0.5
     assert each == pytest.approx([1 / 3, 1 / 3, 1 / 3, 1.0, 1.0, 0.5, 0.5])
+    served.balance = "sqrt"  # each engine totals the square root of its count in the block
+    closed_w, each = fit.block_weights(closed, served)
+    assert closed_w == pytest.approx(2**-0.5)
+    assert each == pytest.approx([3**-0.5] * 3 + [1.0, 1.0, 2**-0.5, 2**-0.5])
+    served.balance = "family"
     served.weight = 2.0  # a served row's weight multiplies its engine's share
     assert fit.block_weights(closed, served)[1] == pytest.approx([2 / 3] * 3 + [2, 2, 1, 1])
     # overall: the whole fit's counts, not the block's
