@@ -531,8 +531,14 @@ def joint_cross_validate(
         for i, (a, b) in enumerate(pool.map(_joint_fold, *zip(*args, strict=True))):
             closed.extend(a)
             out.extend(b)
-            print(f"  fold {i + 1}/{len(args)} done", file=sys.stderr, flush=True)
+            print(f"  fold {i + 1}/{len(args)}: {fold_summary(a, b)}", file=sys.stderr, flush=True)
     return closed, out
+
+
+def fold_summary(closed: list[RowResult], served: list[RowResult]) -> str:
+    """One fold's held-out median |error| per engine and metric family (progress line)."""
+    groups = errors_by(closed, lambda r: CLOSED_FORM) | errors_by(served, engine_label)
+    return "; ".join(f"{k} {len(e)} {np.median(np.abs(e)):.1%}" for k, e in groups.items())
 
 
 def model_family(row: PublishedRow) -> str:
