@@ -29,6 +29,11 @@ them with the fold's constants. The whole refit (docs/validation.md, ``joint13``
 
     .venv/bin/python scripts/fit_published.py --served --jobs 2 --no-cv
 
+``--balance`` weighs each engine's rows as one block in a family's or release's loss (``family``:
+the same total per engine there; ``overall``: per engine in the whole fit; ``sqrt``: the square
+root of its count there) instead of every row alike (``row``, the default: the quick
+cross-validation found no rule better over every engine; docs/validation.md, ``block14``).
+
 ``--per-hop`` charges NCCL's per-step collective latency (``perf/comm.py``, off by default) and
 fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``). ``--gemm-shape``
 also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
