@@ -29,6 +29,11 @@ them with the fold's constants. The whole refit (docs/validation.md, ``joint13``
 
     .venv/bin/python scripts/fit_published.py --served --jobs 2 --no-cv
 
+``--balance`` weighs each engine's rows as one block in a family's or release's loss (``family``:
+the same total per engine there; ``overall``: per engine in the whole fit; ``sqrt``: the square
+root of its count there) instead of every row alike (``row``, the default: the quick
+cross-validation found no rule better over every engine; docs/validation.md, ``block14``).
+
 ``--per-hop`` charges NCCL's per-step collective latency (``perf/comm.py``, off by default) and
 fits ``collective_latency_s`` as that per-step latency (``PER_HOP_BOUNDS``). ``--gemm-shape``
 also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
@@ -43,6 +48,7 @@ import pickle
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -203,45 +209,97 @@ def predict_served(rows: list[PublishedRow], c: Constants) -> list[RowResult]:
         return validate_rows(rows)
 
 
+# --balance: how the engines' rows weigh in a block's loss (a family's fractions, a release's
+# host costs). "row": every row alike (the engine with the most rows leads the fit); "family":
+# each engine's rows in the block share the same total weight (trtllm-bench's closed form, vLLM,
+# SGLang, trtllm-serve and Triton count alike on a family whatever their row counts); "overall":
+# each engine's rows in the whole fit share the same total weight; "sqrt": each engine's rows in
+# the block weigh the square root of their count in all (between "row" and "family").
+BALANCES = ("row", "family", "overall", "sqrt")
+CLOSED_FORM = "trtllm-bench"
+
+
 @dataclass
 class Served:
     """The served rows of one fit, linearised (``model``, row ``i`` is ``rows[i]``), counted
-    ``weight`` each against a closed-form row."""
+    ``weight`` each against a closed-form row, the engines balanced as ``balance`` says
+    (``totals``: each engine's rows in the whole fit, for ``overall``)."""
 
     rows: list[PublishedRow]
     model: LinearLogModel
     weight: float = 1.0
+    balance: str = "row"
+    totals: dict[str, int] | None = None
 
     def block(self, keep: Callable[[PublishedRow], bool]) -> Served | None:
         mask = np.array([keep(r) for r in self.rows], dtype=bool)
         if not mask.any() or self.weight <= 0:
             return None
-        return Served(
-            [r for r, m in zip(self.rows, mask, strict=True) if m],
-            self.model.subset(mask),
-            self.weight,
-        )
+        return self._masked(mask)
 
     def subset(self, keep: Callable[[PublishedRow], bool]) -> Served:
-        mask = np.array([keep(r) for r in self.rows], dtype=bool)
-        return Served(
-            [r for r, m in zip(self.rows, mask, strict=True) if m],
-            self.model.subset(mask),
-            self.weight,
-        )
+        return self._masked(np.array([keep(r) for r in self.rows], dtype=bool))
+
+    def _masked(self, mask: np.ndarray) -> Served:
+        rows = [r for r, m in zip(self.rows, mask, strict=True) if m]
+        return replace(self, rows=rows, model=self.model.subset(mask))
 
 
-def joint_loss(rows: list[PublishedRow], c: Constants, served: Served | None) -> float:
-    """Mean Huber loss of log errors over ``rows`` (predicted in closed form) and ``served``'s
-    rows (linearised), a served row counted ``served.weight`` times."""
+def served_engine(row: PublishedRow) -> str:
+    """A served row's engine as the report names it (TensorRT-LLM by its front end)."""
+    if row.engine == "tensorrt-llm":
+        return "triton (trtllm 0.14)" if engine_release(row) == "trtllm-cpp" else "trtllm-serve"
+    return row.engine
+
+
+def engine_totals(rows: list[PublishedRow], served: Served | None) -> dict[str, int]:
+    """Each engine's row count: ``rows`` (closed form) and ``served``'s."""
+    totals = Counter(served_engine(r) for r in served.rows) if served else Counter()
+    if rows:
+        totals[CLOSED_FORM] = len(rows)
+    return dict(totals)
+
+
+def block_weights(rows: list[PublishedRow], served: Served | None) -> tuple[float, np.ndarray]:
+    """One block's weights: a closed-form row's (``rows`` are all ``trtllm-bench``'s) and each
+    of ``served``'s rows' (times ``served.weight``), as ``served.balance`` deals them."""
+    if served is None or not served.rows:
+        return 1.0, np.zeros(0)
+    engines = [served_engine(r) for r in served.rows]
+    if served.balance == "row":
+        counts: dict[str, int] = {}
+    elif served.balance in ("family", "sqrt"):
+        counts = engine_totals(rows, served)
+    else:
+        counts = served.totals or engine_totals(rows, served)
+    power = 0.5 if served.balance == "sqrt" else 1.0
+
+    def weight(engine: str) -> float:
+        return counts[engine] ** -power if counts else 1.0
+
+    each = np.array([weight(e) for e in engines]) * served.weight
+    return (weight(CLOSED_FORM) if rows else 1.0), each
+
+
+def joint_loss(
+    rows: list[PublishedRow],
+    c: Constants,
+    served: Served | None,
+    weights: tuple[float, np.ndarray] | None = None,
+) -> float:
+    """Weighted mean Huber loss of log errors over ``rows`` (predicted in closed form) and
+    ``served``'s rows (linearised), weighted as ``block_weights`` deals them (``weights``:
+    computed once by the caller)."""
+    closed_w, served_w = weights if weights is not None else block_weights(rows, served)
     results = predict(rows, c) if rows else []
     terms = sum(huber(math.log(r.predicted / r.row.value)) for r in results if r.predicted)
-    count = float(len(results))
     terms += sum(r.predicted is None for r in results) * 1.0
+    terms *= closed_w
+    count = closed_w * len(results)
     if served is not None and served.rows:
-        terms += served.weight * served.model.huber_sum(values_of(c))
-        count += served.weight * len(served.rows)
-    return terms / max(count, 1.0)
+        terms += float(served_w @ served.model.huber_terms(values_of(c)))
+        count += float(served_w.sum())
+    return terms / count if count > 0 else terms
 
 
 def _step(name: str, value: float) -> float:
@@ -299,10 +357,7 @@ def linearize(rows: list[PublishedRow], origin: Constants, jobs: int = 1) -> Ser
 
 def engine_label(row: PublishedRow) -> str:
     """The served engine as the report names it, with the row's family."""
-    label = row.engine
-    if row.engine == "tensorrt-llm":
-        label = "triton (trtllm 0.14)" if engine_release(row) == "trtllm-cpp" else "trtllm-serve"
-    return f"{label} {row.family}"
+    return f"{served_engine(row)} {row.family}"
 
 
 def served_report(results: list[RowResult], label: str) -> str:
@@ -320,8 +375,10 @@ def _descend(
     """One coordinate sweep over ``bounds`` on ``rows`` (and ``served``'s linearised rows);
     a move is kept only if it helps."""
 
+    weights = block_weights(rows, served)
+
     def total(c: Constants) -> float:
-        return joint_loss(rows, c, served)
+        return joint_loss(rows, c, served, weights)
 
     best = total(constants)
     for name, (low, high) in bounds.items():
@@ -374,6 +431,8 @@ def fit(
     loss (their release's or GPU family's), linearised. ``owners``: just these families' and
     releases' constants."""
     constants = start
+    if served is not None and served.balance == "overall":
+        served = replace(served, totals=engine_totals(rows, served))
     for _ in range(rounds):
         for release in sorted(constants.costs) if only is None else []:
             if owners is not None and release not in owners:
@@ -474,10 +533,17 @@ def joint_cross_validate(
     closed: list[RowResult] = []
     out: list[RowResult] = []
     with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        for a, b in pool.map(_joint_fold, *zip(*args, strict=True)):
+        for i, (a, b) in enumerate(pool.map(_joint_fold, *zip(*args, strict=True))):
             closed.extend(a)
             out.extend(b)
+            print(f"  fold {i + 1}/{len(args)}: {fold_summary(a, b)}", file=sys.stderr, flush=True)
     return closed, out
+
+
+def fold_summary(closed: list[RowResult], served: list[RowResult]) -> str:
+    """One fold's held-out median |error| per engine and metric family (progress line)."""
+    groups = errors_by(closed, lambda r: CLOSED_FORM) | errors_by(served, engine_label)
+    return "; ".join(f"{k} {len(e)} {np.median(np.abs(e)):.1%}" for k, e in groups.items())
 
 
 def model_family(row: PublishedRow) -> str:
@@ -663,6 +729,15 @@ def main(argv: list[str]) -> int:
         "closed-form fit, the served rows predicted beside it)",
     )
     parser.add_argument(
+        "--balance",
+        choices=BALANCES,
+        default="row",
+        help="With --served: how the engines' rows weigh in each family's and release's loss "
+        "(row: every row alike; family: each engine's rows there the same total; overall: "
+        "each engine's rows in the whole fit the same total; sqrt: each engine's rows there "
+        "the square root of their count)",
+    )
+    parser.add_argument(
         "--served-save", help="With --served: pickle the linearised served rows to this file"
     )
     parser.add_argument(
@@ -707,6 +782,7 @@ def main(argv: list[str]) -> int:
         if args.served_save:
             Path(args.served_save).write_bytes(pickle.dumps(served))
         served.weight = args.served_weight
+        served.balance = args.balance
         print(
             f"{len(served.rows)} served rows linearised in {len(served.model.slopes)} constants, "
             f"{time.monotonic() - began:.0f} s wall",

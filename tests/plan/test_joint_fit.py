@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -88,3 +89,87 @@ def test_joint_loss_counts_a_served_row_weight_times_a_closed_form_row() -> None
     assert fit.joint_loss(rows, c, None) == pytest.approx(closed / 2)
     assert served.block(lambda r: True) is not None
     assert fit.Served(rows[:1] * 3, model, weight=0.0).block(lambda r: True) is None
+
+
+def _served_rows() -> list[SimpleNamespace]:
+    def row(engine: str, version: str = "") -> SimpleNamespace:
+        return SimpleNamespace(engine=engine, engine_version=version)
+
+    triton = row("tensorrt-llm", "0.14.0")
+    serve = row("tensorrt-llm", "1.0.0")
+    return [row("vllm"), row("vllm"), row("vllm"), row("sglang"), triton, serve, serve]
+
+
+def test_block_weights_balance_each_engine_by_hand() -> None:
+    fit = fit_published()
+    served_rows = _served_rows()
+    model = LinearLogModel(np.zeros(7), np.zeros(7), {}, {})
+    closed = [object(), object()]  # two trtllm-bench rows: only their count matters
+    served = fit.Served(served_rows, model, weight=1.0, balance="row")
+    assert fit.block_weights(closed, served)[0] == 1.0
+    assert fit.block_weights(closed, served)[1] == pytest.approx(np.ones(7))
+    # family: each engine in the block totals 1 (vLLM 3 rows, trtllm-serve 2, the rest 1)
+    served.balance = "family"
+    closed_w, each = fit.block_weights(closed, served)
+    assert closed_w == 0.5
+    assert each == pytest.approx([1 / 3, 1 / 3, 1 / 3, 1.0, 1.0, 0.5, 0.5])
+    served.balance = "sqrt"  # each engine totals the square root of its count in the block
+    closed_w, each = fit.block_weights(closed, served)
+    assert closed_w == pytest.approx(2**-0.5)
+    assert each == pytest.approx([3**-0.5] * 3 + [1.0, 1.0, 2**-0.5, 2**-0.5])
+    served.balance = "family"
+    served.weight = 2.0  # a served row's weight multiplies its engine's share
+    assert fit.block_weights(closed, served)[1] == pytest.approx([2 / 3] * 3 + [2, 2, 1, 1])
+    # overall: the whole fit's counts, not the block's
+    served.weight, served.balance = 1.0, "overall"
+    served.totals = {"trtllm-bench": 4, "vllm": 6, "sglang": 1, "triton (trtllm 0.14)": 2}
+    served.totals["trtllm-serve"] = 8
+    closed_w, each = fit.block_weights(closed, served)
+    assert closed_w == 0.25
+    assert each == pytest.approx([1 / 6] * 3 + [1.0, 0.5, 1 / 8, 1 / 8])
+    assert fit.engine_totals(closed, served) == {
+        "trtllm-bench": 2,
+        "vllm": 3,
+        "sglang": 1,
+        "triton (trtllm 0.14)": 1,
+        "trtllm-serve": 2,
+    }
+
+
+def test_joint_loss_with_engines_balanced_by_hand() -> None:
+    fit = fit_published()
+    rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
+    c = fit.committed_constants(rows, set())
+    closed = fit.loss(fit.predict(rows, c)) * 2  # summed over the two rows
+    # served: three vLLM rows off by log 0.1 (0.005 each), one SGLang row by log 0.2 (0.02)
+    model = LinearLogModel(np.array([0.1, 0.1, 0.1, 0.2]), np.zeros(4), {}, {})
+    served = fit.Served(_served_rows()[:4], model, balance="family")
+    # each engine weighs 1: (closed / 2 + 3 * 0.005 / 3 + 0.02) / 3
+    expected = (closed / 2 + 0.005 + 0.02) / 3
+    assert fit.joint_loss(rows, c, served) == pytest.approx(expected)
+    served.balance = "row"
+    assert fit.joint_loss(rows, c, served) == pytest.approx((closed + 0.015 + 0.02) / 6)
+
+
+def test_overall_balance_counts_the_whole_fit_not_the_block() -> None:
+    fit = fit_published()
+    rows = [r for r in fit.fit_rows() if r.gpu == "h200_sxm_141gb"][:2]
+    c = fit.committed_constants(rows, set())
+    served_rows = [
+        SimpleNamespace(engine="vllm", engine_version="", gpu=gpu)
+        for gpu in ("h200_sxm_141gb", "a100_sxm_80gb", "a100_sxm_80gb")
+    ]
+    model = LinearLogModel(np.zeros(3), np.zeros(3), {}, {})
+    served = fit.Served(served_rows, model, balance="overall")
+    seen = []
+
+    def record(mine, constants, bounds, setter, steps, part=None):  # type: ignore[no-untyped-def]
+        seen.append((len(mine), part and fit.block_weights(mine, part)))
+        return constants
+
+    with patch.object(fit, "_descend", record):
+        fit.fit(rows, c, 1, 1, None, served, {"hopper"})
+    # Hopper's block: two closed-form rows, one vLLM row; weights from the whole fit's counts
+    # (2 closed-form, 3 vLLM), so the vLLM row weighs 1/3, not 1/1
+    ((count, (closed_w, each)),) = seen
+    assert count == 2 and closed_w == 0.5 and each == pytest.approx([1 / 3])

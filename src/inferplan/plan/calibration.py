@@ -234,11 +234,15 @@ class LinearLogModel:
                 out += slope * (shift - self.transformed(name, self.origin[name]))
         return out
 
-    def huber_sum(self, values: dict[str, float]) -> float:
-        """Summed Huber loss of the log errors at ``values``."""
+    def huber_terms(self, values: dict[str, float]) -> np.ndarray:
+        """Each row's Huber loss of its log error at ``values``."""
         error = np.abs(self.predict(values) - self.target)
         knee = HUBER_KNEE
-        return float(np.sum(np.where(error <= knee, 0.5 * error**2, knee * (error - 0.5 * knee))))
+        return np.where(error <= knee, 0.5 * error**2, knee * (error - 0.5 * knee))
+
+    def huber_sum(self, values: dict[str, float]) -> float:
+        """Summed Huber loss of the log errors at ``values``."""
+        return float(np.sum(self.huber_terms(values)))
 
     def subset(self, keep: np.ndarray) -> LinearLogModel:
         """The model of the rows where ``keep`` (a boolean mask) is true."""
