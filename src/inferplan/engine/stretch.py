@@ -179,7 +179,13 @@ class DecodeStretches:
         r.num_steps += k
         rows.time_rows, rows.time_s = n, now  # ``emitted``
         if k >= remaining:
-            r.finish(rows.finished_rows())
+            # ``finished_rows``' known case: every row is known (``crossings`` learnt them) and
+            # the fewest left is ``remaining - k == 0`` (the heap's top was settled above)
+            left, lag = rows.left, rows.lag
+            if left.count(lag) == 1:
+                r.finish([left.index(lag)])
+            else:
+                r.finish([row for row, key in enumerate(left) if key == lag])
         return k, pool_bound
 
     def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
@@ -460,29 +466,31 @@ def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap
     if cap * a + b * (cap * context + n * cap * (cap - 1) / 2) < window_s:  # ``elapsed(cap)``
         return cap  # the usual answer of a stretch cut by a finish: no search
 
-    def elapsed(i: int) -> float:
-        return i * a + b * (i * context + n * i * (i - 1) / 2)
-
+    # Each probe below is ``S(i)`` written out (``i * a + b * (i * C + n * i * (i - 1) / 2)``,
+    # the same floats): about one search a request below capacity, where a closure and its
+    # calls cost as much as the arithmetic.
     qa, qb = b * n / 2, a + b * context - b * n / 2
     root = math.sqrt(qb * qb + 4 * qa * window_s)
     guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb if qb > 0 else cap
     # Bracket the answer in (low, high] with S(low) < window_s <= S(high), starting near the
     # root: usually two probes settle it, and the bisection is the bound.
     low, high = 0, cap
-    near = min(max(0, math.ceil(guess) - 2), cap)
-    if elapsed(near) >= window_s:
-        high = near
-        if near >= 2 and elapsed(near - 2) < window_s:
-            low = near - 2
+    i = min(max(0, math.ceil(guess) - 2), cap)
+    if i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+        high = i
+        if i >= 2:
+            i -= 2
+            if i * a + b * (i * context + n * i * (i - 1) / 2) < window_s:
+                low = i
     else:
-        low = near
-        probe = near + 2
-        if probe < high and elapsed(probe) >= window_s:
-            high = probe
+        low = i
+        i += 2
+        if i < high and i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+            high = i
     while high - low > 1:
-        mid = (low + high) // 2
-        if elapsed(mid) >= window_s:
-            high = mid
+        i = (low + high) // 2
+        if i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+            high = i
         else:
-            low = mid
+            low = i
     return high
