@@ -10,6 +10,7 @@ in ``schedulers.py``, the pool in ``memory/blockpool.py`` and the exact steps in
 from __future__ import annotations
 
 import math
+from math import ceil, isfinite
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +51,9 @@ class DecodeStretches:
         # Whether the scheduler's ``head_can_join`` is ``Scheduler``'s, whose first test
         # (nothing queued or swapped out: no) ``can_stretch`` then asks without its call.
         self.base_join = cls.head_can_join is Scheduler.head_can_join
+        # Whether ``stretch`` may take its implicit-row form (``_implicit_stretch``): the
+        # scheduler counts no steps and no idle slots (static batching's).
+        self._lean = self._every_step and not cls.counts_idle_slots
 
     def can_stretch(self) -> bool:
         """A pure-decode batch that nothing waiting can join until an event (the scheduler's
@@ -73,9 +77,115 @@ class DecodeStretches:
     def stretch(self, next_arrival_s: float) -> tuple[int, bool]:
         """``stretch_steps`` and ``advance_decode`` of its ``k`` steps in one pass (what the
         plan learnt about the batch handed on, not kept): (k, pool_bound)."""
+        r = self.replica
+        pool = r.pool
+        if (
+            self._lean
+            and r.running.rows.block
+            and r.running._size
+            and pool.is_uniform
+            and r.offload is None
+            and r.scheduler.admission is None
+            and (pool.cache is None or not r.waiting.tokens)
+        ):
+            return self._implicit_stretch(next_arrival_s)
         k, a, b, pool_bound, context, remaining = self._plan(next_arrival_s)
         if k > 0:
             self._run(k, a, b, context, remaining)
+        return k, pool_bound
+
+    def _implicit_stretch(self, next_arrival_s: float) -> tuple[int, bool]:
+        """``stretch`` of implicit rows in a uniform pool, with nothing that bounds a stretch
+        but a finish, the step-time line, the arrival and the pool (no step count, own-block
+        head, KV tiers or admission policy): ``_plan`` and ``_run`` in one frame, with the
+        rows' small verbs (``fewest_left``, ``_steps_before``'s usual answer, ``itl_mark``,
+        ``crossings``, ``decode``, ``emitted``) written out. The same integers and the same
+        float operations in the same order (the usual stretch below capacity, two a
+        request: its calls were a third of its cost)."""
+        r = self.replica
+        run, pool, now = r.running, r.pool, r.now
+        rows, n = run.rows, run._size
+        # ``_plan``: ``fewest_left`` (learning the rows where they are not known) and
+        # ``total_context``
+        if rows.known_rows != n:
+            rows.learn()
+        lag = rows.lag
+        remaining = rows.fewest_known_left() if rows.gone else rows.due[0] - lag
+        context = rows.computed_sum + n * (lag + 1)
+        a, b, limit = r.model.decode_line(n, context)
+        k = remaining
+        if isfinite(limit):
+            k = min(k, max(0, ceil((limit - context) / n)))
+        if isfinite(next_arrival_s):
+            window_s = next_arrival_s - now
+            # ``_steps_before``'s usual answer (a stretch cut by a finish) without its call
+            if window_s <= 0 or k <= 0:
+                k = 0
+            elif not k * a + b * (k * context + n * k * (k - 1) / 2) < window_s:
+                k = _steps_before(window_s, a, b, context, n, k)
+        if (pool.free_blocks // n) * pool.block_size >= k:
+            k_pool = k
+        else:
+            k, k_pool = self._steps_before_pool_runs_out(k)
+        pool_bound = k_pool < k
+        k = min(k, k_pool)
+        if k <= 0:
+            return k, pool_bound
+        # ``_run``
+        first = a + b * context
+        step = b * n
+        total = k * a + b * (k * context + n * k * (k - 1) / 2)
+        r.trace.record(now, pool.num_blocks - pool.free_blocks)
+        if rows.time_rows >= n and rows.time_s == now:  # all emitted at now: one mark
+            gap_s = first + (k - 1) * step  # ``itl_mark``
+            vals, poss = rows._itl_val, rows._itl_pos
+            while vals and vals[-1] <= gap_s:
+                vals.pop()
+                poss.pop()
+            vals.append(gap_s)
+            poss.append(rows.itl_length)
+            rows.itl_length += 1
+            if len(vals) > rows._prune_at:
+                rows._prune()
+            r.itl.add_arithmetic(first, step, k, float(n))
+        else:  # settles the rows and forgets the scalars: relearnt by ``crossings`` below
+            self._uneven_itl(first, step, k)
+        # ``crossings(k)`` then ``decode``: every row then holds ceil(computed / B) blocks
+        if rows.known_rows != n:
+            rows.learn()
+        block, lag, hist = rows.block, rows.lag, rows.hist
+        top = -lag % block  # offset 0's bin
+        if k == 1:
+            new_blocks = hist[top]
+        else:
+            new_blocks = n * (k // block)
+            low = top - k % block + 1
+            if low >= 0:
+                new_blocks += sum(hist[low : top + 1])
+            else:
+                new_blocks += sum(hist[: top + 1]) + sum(hist[low + block :])
+        rows.lag = lag + k
+        ceil_sum = rows.ceil_sum = rows.ceil_sum + new_blocks
+        rows.held_rows, rows.pending = n, True
+        # The pool is what rows do not map (shared prefix blocks counted once).
+        cache = pool.cache
+        if cache is None:
+            pool.free_blocks = r.cfg.num_blocks - ceil_sum  # nothing to evict
+        else:  # ``BlockPool.free``'s setter, inline: evicts what no longer fits
+            pool.free_blocks = free = r.cfg.num_blocks - ceil_sum + cache.shared_blocks
+            if cache.lru_blocks > free:
+                cache.evict_to(free)
+        r.now = now = now + total
+        r.num_steps += k
+        rows.time_rows, rows.time_s = n, now  # ``emitted``
+        if k >= remaining:
+            # ``finished_rows``' known case: every row is known (``crossings`` learnt them) and
+            # the fewest left is ``remaining - k == 0`` (the heap's top was settled above)
+            left, lag = rows.left, rows.lag
+            if left.count(lag) == 1:
+                r.finish([left.index(lag)])
+            else:
+                r.finish([row for row, key in enumerate(left) if key == lag])
         return k, pool_bound
 
     def stretch_steps(self, next_arrival_s: float) -> tuple[int, float, float, bool]:
@@ -220,10 +330,7 @@ class DecodeStretches:
             rows.itl_mark(first + (k - 1) * step)
             r.itl.add_arithmetic(first, step, k, float(n))
         else:
-            last_token = run.last_token_s  # settles the rows (and forgets the scalars)
-            same = None if _min(last_token) == now else last_token == now
-            gaps = None if same is None else np.where(same, first, now + first - last_token)
-            self._stretch_itl(gaps, same, first, step, k)
+            self._uneven_itl(first, step, k)
         if remaining is None:
             remaining = rows.fewest_left()
         rows.decode(k, rows.crossings(k), n)  # every row then holds ceil(computed / B) blocks
@@ -242,6 +349,16 @@ class DecodeStretches:
         rows.emitted(now)
         if k >= remaining:
             r.finish(rows.finished_rows())
+
+    def _uneven_itl(self, first: float, step: float, k: int) -> None:
+        """A stretch's ITL samples where not every row emitted at ``now`` (or not known to):
+        reading the token times settles the rows and forgets the scalars."""
+        r = self.replica
+        now = r.now
+        last_token = r.running.last_token_s
+        same = None if _min(last_token) == now else last_token == now
+        gaps = None if same is None else np.where(same, first, now + first - last_token)
+        self._stretch_itl(gaps, same, first, step, k)
 
     def _decode_columns(
         self, k: int, first: float, step: float, total: float, remaining: int | None
@@ -349,29 +466,31 @@ def _steps_before(window_s: float, a: float, b: float, context: int, n: int, cap
     if cap * a + b * (cap * context + n * cap * (cap - 1) / 2) < window_s:  # ``elapsed(cap)``
         return cap  # the usual answer of a stretch cut by a finish: no search
 
-    def elapsed(i: int) -> float:
-        return i * a + b * (i * context + n * i * (i - 1) / 2)
-
+    # Each probe below is ``S(i)`` written out (``i * a + b * (i * C + n * i * (i - 1) / 2)``,
+    # the same floats): about one search a request below capacity, where a closure and its
+    # calls cost as much as the arithmetic.
     qa, qb = b * n / 2, a + b * context - b * n / 2
     root = math.sqrt(qb * qb + 4 * qa * window_s)
     guess = (-qb + root) / (2 * qa) if qa > 0 else window_s / qb if qb > 0 else cap
     # Bracket the answer in (low, high] with S(low) < window_s <= S(high), starting near the
     # root: usually two probes settle it, and the bisection is the bound.
     low, high = 0, cap
-    near = min(max(0, math.ceil(guess) - 2), cap)
-    if elapsed(near) >= window_s:
-        high = near
-        if near >= 2 and elapsed(near - 2) < window_s:
-            low = near - 2
+    i = min(max(0, math.ceil(guess) - 2), cap)
+    if i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+        high = i
+        if i >= 2:
+            i -= 2
+            if i * a + b * (i * context + n * i * (i - 1) / 2) < window_s:
+                low = i
     else:
-        low = near
-        probe = near + 2
-        if probe < high and elapsed(probe) >= window_s:
-            high = probe
+        low = i
+        i += 2
+        if i < high and i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+            high = i
     while high - low > 1:
-        mid = (low + high) // 2
-        if elapsed(mid) >= window_s:
-            high = mid
+        i = (low + high) // 2
+        if i * a + b * (i * context + n * i * (i - 1) / 2) >= window_s:
+            high = i
         else:
-            low = mid
+            low = i
     return high

@@ -46,10 +46,12 @@ _Term = tuple[bool, float, float, float, float, float, float, float, float]
 
 
 # A step shape's plan: (micro-batches, terms, communication seconds, overhead seconds, host
-# seconds per step, the share of them that can hide behind the GPU's work: ``host_overlap``).
+# seconds per step, the share of them that can hide behind the GPU's work: ``host_overlap``,
+# and the compute and memory sums of the constant terms before the first affine one, which
+# ``terms`` then leaves out: the same additions from 0.0 in the same order, made once).
 # A plain tuple: built for every new shape and unpacked at once on every call, where a
 # dataclass costs more to build and a named tuple more to read.
-_Plan = tuple[int, tuple[_Term, ...], float, float, float, float]
+_Plan = tuple[int, tuple[_Term, ...], float, float, float, float, float, float]
 
 
 class StepSeconds:
@@ -125,9 +127,8 @@ class StepSeconds:
             if prefill_tokens and self._is_new_prefill(key):
                 return self._direct(roofline, batch)
             plan = self._compile(roofline, batch, key)
-        microbatches, terms, communication_s, overhead_s, host, host_overlap = plan
+        microbatches, terms, communication_s, overhead_s, host, host_overlap, compute, memory = plan
         context = float(decode_context_tokens) / microbatches
-        compute = memory = 0.0
         for is_affine, v0, v1, v2, v3, v4, v5, count, times in terms:
             if not is_affine:
                 if v1:
@@ -193,13 +194,25 @@ class StepSeconds:
         terms: list[_Term] = []
         for piece in pieces:
             terms += self._piece_terms(piece, m, factor)
+        # ``seconds``' first additions, while no affine term came: they do not depend on the
+        # context, so they are made here, from 0.0 in the same order (the same floats).
+        compute = memory = 0.0
+        lead = 0
+        while lead < len(terms) and not terms[lead][0]:
+            if terms[lead][2]:
+                compute += terms[lead][1]
+            else:
+                memory += terms[lead][1]
+            lead += 1
         plan = (
             m,
-            tuple(terms),
+            tuple(terms[lead:]),
             fixed["communication"] * factor + model.pipeline_sends(batch),
             fixed["overhead"] * factor,
             host_s(model.eff, batch, model.par.attention_dp),
             model.eff.host_overlap,
+            compute,
+            memory,
         )
         return keep(self._plans, key, plan, PLAN_CACHE_SIZE)
 
