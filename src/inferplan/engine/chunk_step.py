@@ -48,25 +48,13 @@ PLAIN = "plain"  # ``schedulers.PLAIN`` (imported there from here would cycle)
 def chunk_step(r: Replica) -> bool:
     """Run the step where the last running row prefills and the others decode (the module
     docstring); False, having changed nothing the general path reads, elsewhere."""
+    shape = last_row_chunk(r, 0)
+    if shape is None:
+        return False
+    last, computed, generated, chunk, held, grown = shape
     scheduler, run = r.scheduler, r.running
-    if scheduler.admission_path != PLAIN or r.swapped or r.spec is not None:
-        return False
-    size, rows = run._size, run.rows
-    last, budget = size - 1, r.cfg.max_num_batched_tokens
-    if last < 0 or last >= budget or not rows.block or not r.vector_steps:
-        return False
-    flat, capacity, lag = run._flat, run._capacity, rows.lag
-    computed = flat[_COMPUTED * capacity + last] + lag
-    left = flat[_TOKENS * capacity + last] + lag - computed
-    generated = flat[_GENERATED * capacity + last] + lag
-    if left < 1 or (left == 1 and generated):  # the last row decodes: not this step
-        return False
-    if not decoders_ready(r, last):
-        return False
-    block, pool = rows.block, r.pool
-    chunk = min(left, budget - last)
-    held = flat[_HELD * capacity + last]
-    grown = max(-(-(computed + chunk) // block) - held, 0)
+    rows, pool, budget = run.rows, r.pool, r.cfg.max_num_batched_tokens
+    block, flat, capacity, lag = rows.block, run._flat, run._capacity, rows.lag
     crossing = rows.hist[-lag % block] if last else 0  # ``crossings(1)`` of the decoders
     if crossing + grown > pool.free_blocks:
         return False  # the running pass preempts: the general path
@@ -90,6 +78,33 @@ def chunk_step(r: Replica) -> bool:
     after = [(last, computed, generated, chunk), *_admitted(last + 1, chunks[1:], appended, lag)]
     emit_rows(r, last, after, duration)
     return True
+
+
+def last_row_chunk(r: Replica, fewest: int) -> tuple[int, int, int, int, int, int] | None:
+    """Where the plain scheduler's last running row (behind at least ``fewest`` decoders)
+    prefills its next chunk within the budget beside decoders that are all ready on vector
+    steps: the row, its computed and generated tokens, the chunk, the blocks it holds and the
+    blocks the chunk adds. None elsewhere, the decoders' scalars perhaps learnt (nothing the
+    general path reads is changed)."""
+    run = r.running
+    if r.scheduler.admission_path != PLAIN or r.swapped or r.spec is not None:
+        return None
+    rows = run.rows
+    last, budget = run._size - 1, r.cfg.max_num_batched_tokens
+    if last < fewest or last >= budget or not rows.block or not r.vector_steps:
+        return None
+    flat, capacity, lag = run._flat, run._capacity, rows.lag
+    computed = flat[_COMPUTED * capacity + last] + lag
+    left = flat[_TOKENS * capacity + last] + lag - computed
+    generated = flat[_GENERATED * capacity + last] + lag
+    if left < 1 or (left == 1 and generated):  # the last row decodes: not this step
+        return None
+    if not decoders_ready(r, last):
+        return None
+    chunk = min(left, budget - last)
+    held = flat[_HELD * capacity + last]  # written by ``decoders_ready``
+    grown = max(-(-(computed + chunk) // rows.block) - held, 0)
+    return last, computed, generated, chunk, held, grown
 
 
 def _admitted(

@@ -25,14 +25,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferplan.engine.chunk_step import PLAIN, column_finish, decoders_ready, emit_rows
+from inferplan.engine.chunk_step import column_finish, emit_rows, last_row_chunk
 from inferplan.engine.stepshape import step_shape
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
-
-# Rows of ``RunningSet._ints`` (``engine/running.py``).
-_COMPUTED, _TOKENS, _GENERATED, _HELD = 1, 2, 3, 5
 
 
 def preempt_step(r: Replica) -> bool:
@@ -62,27 +59,14 @@ def victim_crossing(r: Replica) -> int | None:
     """The decoders' crossing blocks where this step is ``preempt_step``'s (the module
     docstring), else None; either way nothing the general path reads has changed (the
     decoders' scalars may be learnt and the last row's lazy block and time written)."""
-    scheduler, run = r.scheduler, r.running
-    if scheduler.admission_path != PLAIN or r.swapped or r.spec is not None:
-        return None
     if r.cfg.preemption_mode != "recompute" or r.waiting.policy == "priority":
         return None  # a swap, or a victim other than the last row
-    size, rows = run._size, run.rows
-    last, budget = size - 1, r.cfg.max_num_batched_tokens
-    if last < 1 or last >= budget or not rows.block or not r.vector_steps:
+    shape = last_row_chunk(r, 1)
+    if shape is None:
         return None
-    flat, capacity, lag = run._flat, run._capacity, rows.lag
-    computed = flat[_COMPUTED * capacity + last] + lag
-    left = flat[_TOKENS * capacity + last] + lag - computed
-    if left < 1 or (left == 1 and flat[_GENERATED * capacity + last] + lag):
-        return None  # the last row decodes: not this step
-    if not decoders_ready(r, last):
-        return None
-    block, free = rows.block, r.pool.free_blocks
-    chunk = min(left, budget - last)
-    held = flat[_HELD * capacity + last]  # written by ``decoders_ready``
-    grown = max(-(-(computed + chunk) // block) - held, 0)
-    crossing: int = rows.hist[-lag % block]  # ``crossings(1)`` of the decoders
+    held, grown = shape[4], shape[5]
+    rows, free = r.running.rows, r.pool.free_blocks
+    crossing: int = rows.hist[-rows.lag % rows.block]  # ``crossings(1)`` of the decoders
     if crossing + grown <= free or crossing > free + held:
         return None  # no preemption (``chunk_step``), or more than one victim
     return crossing
