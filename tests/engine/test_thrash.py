@@ -24,6 +24,7 @@ from native_mode import pure_only
 
 from .test_chain import _assert_identical
 from .test_fast_equals_exact import BASE, Case, _check_case, _config, _plan_and_model, _workload
+from .thrash_reference import next_cycle
 
 
 @pytest.fixture
@@ -88,11 +89,11 @@ def test_fast_equals_exact_when_heads_thrash(case: Case) -> None:
 
 def _fast(case: Case, *, runs: bool) -> tuple[SimulationResult, int]:
     """A fast run with the cycles planned in segments (and how many passes took cycles), or
-    one cycle at a time (``_Cycles.next_cycle``)."""
+    one cycle at a time (``thrash_reference.next_cycle``)."""
     taken = [0]
 
     def one_at_a_time(cycles, next_arrival_s, same_time_s):  # type: ignore[no-untyped-def]
-        while cycles.next_cycle(next_arrival_s, same_time_s):
+        while next_cycle(cycles, next_arrival_s, same_time_s):
             pass
 
     def counting(cycles, *args):  # type: ignore[no-untyped-def]

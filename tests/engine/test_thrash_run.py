@@ -23,6 +23,8 @@ from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch
 from native_mode import pure_only
 
+from .thrash_reference import next_cycle
+
 
 class _PiecewiseLines:
     """Step-time lines that hold for ``width`` tokens of decode context each."""
@@ -85,7 +87,7 @@ def _arrival_on_a_step(seed: int) -> float:
     the steps the cycles take without arrivals, nudged by a part in 1e13 or not at all."""
     rng = np.random.default_rng(seed)
     c = _cycles(np.random.default_rng(seed))
-    while c.next_cycle(math.inf, same_time_s):
+    while next_cycle(c, math.inf, same_time_s):
         pass
     if not c.durations:
         return math.inf
@@ -122,7 +124,7 @@ def test_segments_give_one_cycle_at_a_time_bit_for_bit(monkeypatch: pytest.Monke
         plans = set()
         while True:
             plan = alone._plan()
-            if not alone.next_cycle(arrival, same_time_s):
+            if not next_cycle(alone, arrival, same_time_s):
                 break
             plans.add(len(plan or []))
         thrashrun.take_cycles(together, arrival, same_time_s)
@@ -137,7 +139,7 @@ def _varied_arrival_on_a_step(seed: int) -> float:
     rng = np.random.default_rng(seed + 1)
     c = _varied(np.random.default_rng(seed), seed)
     start = c.now
-    while c.next_cycle(math.inf, same_time_s):
+    while next_cycle(c, math.inf, same_time_s):
         pass
     if not c.durations:
         return math.inf
@@ -184,7 +186,7 @@ def test_segments_on_the_exact_clock_alone(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(thrashrun, "MAX_BOUND_STEPS", -1)
     for seed in range(0, 240, 3):
         alone, together = (_varied(np.random.default_rng(seed), seed) for _ in range(2))
-        while alone.next_cycle(alone.arrival, same_time_s):  # type: ignore[attr-defined]
+        while next_cycle(alone, alone.arrival, same_time_s):  # type: ignore[attr-defined]
             pass
         thrashrun.take_cycles(together, together.arrival, same_time_s)  # type: ignore[attr-defined]
         assert _state(together) == _state(alone), seed
@@ -208,7 +210,7 @@ def test_lines_without_a_limit_hold_for_one_cycle() -> None:
         alone, together = (_cycles(np.random.default_rng(seed)) for _ in range(2))
         for c in (alone, together):
             c.r.model = _NanLimits(50)  # type: ignore[assignment]
-        while alone.next_cycle(alone.arrival, same_time_s):  # type: ignore[attr-defined]
+        while next_cycle(alone, alone.arrival, same_time_s):  # type: ignore[attr-defined]
             pass
         thrashrun.take_cycles(together, together.arrival, same_time_s)  # type: ignore[attr-defined]
         assert _state(together) == _state(alone), seed
@@ -222,7 +224,7 @@ def test_passes_end_where_one_cycle_at_a_time_ends() -> None:
         c = _cycles(np.random.default_rng(seed))
         thrashrun.take_cycles(c, c.arrival, same_time_s)  # type: ignore[attr-defined]
         ended += c.num_cycles > 0
-        assert not c.next_cycle(c.arrival, same_time_s), seed  # type: ignore[attr-defined]
+        assert not next_cycle(c, c.arrival, same_time_s), seed  # type: ignore[attr-defined]
     assert ended > 30
 
 
@@ -262,7 +264,7 @@ def test_lines_kept_across_calls_give_the_lines_made_afresh() -> None:
         shared.lines = thrash.shared_lines(model, n, chunk)
         shared_from += len(shared.lines)
         for c in (fresh, shared):
-            while c.next_cycle(c.arrival, same_time_s):  # type: ignore[attr-defined]
+            while next_cycle(c, c.arrival, same_time_s):  # type: ignore[attr-defined]
                 pass
         assert _state(shared) == _state(fresh), seed
     assert shared_from > 100  # lines were there to take

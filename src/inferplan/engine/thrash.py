@@ -19,8 +19,8 @@ step-time line (``batch_line``, exact to rounding like a decode stretch's). Each
 what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
 and the head's preemption counts are written once at the end. The pass is planned in segments
 of cycles that keep one plan, a few scalar operations each, and its steps written once
-(``take_cycles``, ``engine/thrashrun.py``), bit for bit ``next_cycle``'s one cycle at a
-time. It applies
+(``take_cycles``, ``engine/thrashrun.py``), bit for bit one cycle at a time
+(``tests/engine/thrash_reference.py``). It applies
 only where the exact path's outcome is this cycle: vLLM v1's scheduler, FCFS, recompute
 preemption, a uniform pool without prefix caching, KV tiers or admission policies, and a
 roofline step-time model.
@@ -28,8 +28,6 @@ roofline step-time model.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -174,45 +172,11 @@ class _Cycles:
             line = self.lines[j] = (a, b, limit, context)
         return line[0] + line[1] * context
 
-    def next_cycle(self, next_arrival_s: float, same_time_s: Callable[[float], float]) -> bool:
-        """Take the next cycle if it is one and its last step (so every step) starts before
-        the simulation loop would take the arrival (``same_time_s``: the loop's tie rule)."""
-        plan = self._plan()
-        if plan is None:
-            return False
-        s, now, durations = self.num_steps, self.now, []
-        for i in range(len(plan)):
-            chunk = 0 if i == len(plan) - 1 else i + 1
-            durations.append(self._step_s(chunk, self.context + self.n * (s + i)))
-            if i < len(plan) - 1:
-                now += durations[-1]
-        if next_arrival_s <= now + same_time_s(now):
-            return False
-        self._record(plan, durations)
-        return True
-
     def crossings_from(self, s: int, steps: int) -> np.ndarray:
         """Cumulative blocks the decoders take over steps ``s .. s + steps - 1`` (each entry:
         the blocks from step ``s`` up to and including that step)."""
         t = np.arange(s, s + steps)
         return np.cumsum(self.by_offset_array[-t % self.block])
-
-    def _record(self, plan: list[int], durations: list[float]) -> None:
-        """What the exact path's steps record, one step at a time: the KV trace (blocks in use
-        once the step's blocks are allocated) and the clock; ITL samples at ``commit``."""
-        r = self.r
-        if self.num_cycles == 0 and math.isnan(r.records.first_scheduled_s[self.head]):
-            r.records.first_scheduled_s[self.head] = self.now
-        outside = r.cfg.num_blocks - self.usable  # blocks neither the decoders nor free hold
-        trace = r.trace
-        for head_blocks, step_s in zip(plan, durations, strict=True):
-            self.held += self._crossings(self.num_steps)
-            trace.record(self.now, outside + self.held + head_blocks)
-            self.now += step_s
-            self.num_steps += 1
-        self.durations.append(np.array(durations))
-        self.num_cycles += 1
-        self.recomputed += (len(plan) - 1) * self.chunk
 
     def all_durations(self) -> np.ndarray:
         """Every step's seconds, in order."""

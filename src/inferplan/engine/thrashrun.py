@@ -3,8 +3,9 @@
 Above capacity with long outputs (``long10x`` in ``benchmarks/bench_regimes.py``) a full pool
 puts its queue head through the same cycle thousands of times between two decoder finishes:
 admit its first chunk, run ``m - 1`` more chunks while their blocks fit, preempt it at the
-``m + 1``-th step. ``thrash._Cycles.next_cycle`` takes one cycle per call (its plan, its step
-times, a KV trace record per step: about 20 us of Python per cycle). Consecutive cycles differ
+``m + 1``-th step. One cycle per call (its plan, its step times, a KV trace record per step;
+``tests/engine/thrash_reference.py``'s ``next_cycle``, the reference) costs about 20 us of
+Python per cycle. Consecutive cycles differ
 only in the decoders' blocks, which grow at the steps where a row crosses a block boundary, and
 in the decode context, which grows by ``n`` a step; the plan's ``m`` only falls as the decoders
 grow. So ``take_cycles`` plans the pass as *segments*, each the cycles that keep one plan and
@@ -29,10 +30,10 @@ one set of step-time lines, and costs a few scalar operations per segment, not p
   ``np.cumsum`` from ``now`` (adds in order, as ``now += step``), and the KV trace takes every
   step's blocks at once (``StepTrace.record_many``, the same state as one ``record`` a step).
 
-The lines are made where ``next_cycle`` would make them: at each segment's first cycle (a line
-kept from an earlier cycle or call is taken where it holds). Results are therefore bit for bit
-those of one cycle at a time (``tests/engine/test_thrash_run.py`` drives both from random
-states; ``tests/engine/test_thrash.py`` whole simulations).
+The lines are made where the reference ``next_cycle`` would make them: at each segment's first
+cycle (a line kept from an earlier cycle or call is taken where it holds). Results are therefore
+bit for bit those of one cycle at a time (``tests/engine/test_thrash_run.py`` drives both from
+random states; ``tests/engine/test_thrash.py`` whole simulations).
 """
 
 from __future__ import annotations
