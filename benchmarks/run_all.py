@@ -2,7 +2,9 @@
 
 A benchmark is any module named ``bench_*.py`` here with a ``main()`` that returns a flat
 ``{measurement name: number}`` dict (units in the names). Modules are found by that name
-pattern, so a new benchmark needs no registration. ``python -m benchmarks.run_all`` runs them
+pattern, so a new benchmark needs no registration; a ``bench_*`` module without ``main()`` is
+a tool run by hand (``bench_instructions``: Valgrind's instruction counts), named on stderr and
+not run. ``python -m benchmarks.run_all`` runs them
 all; names given as arguments (``step_time`` or ``bench_step_time``) run only those, ``--json``
 prints the results as JSON instead of a table.
 """
@@ -27,8 +29,12 @@ def discover() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(here) if m.name.startswith(PREFIX))
 
 
+def _module(name: str) -> Any:
+    return importlib.import_module(f"{__package__ or 'benchmarks'}.{name}")
+
+
 def run(name: str) -> tuple[dict[str, Any], float]:
-    module = importlib.import_module(f"{__package__ or 'benchmarks'}.{name}")
+    module = _module(name)
     start = time.perf_counter()
     results = module.main()
     if not isinstance(results, dict):
@@ -67,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, dict[str, Any]] = {}
     for name in names:
         if wanted and name not in wanted:
+            continue
+        if not callable(getattr(_module(name), "main", None)):
+            print(
+                f"skipped {name}: no main() (a tool run by hand, see its docstring)",
+                file=sys.stderr,
+            )
             continue
         results, elapsed = run(name)
         report[name] = results
