@@ -11,10 +11,15 @@ docs/validation.md's ``sgl15`` section (session 15). Signed errors are predicted
   first wave and the tail.
 - ``--prefill-scale K``: every prefill-only step K times longer (the step model wrapped); the
   per-metric signed errors. K = 1 is the committed model.
+- ``--tail``: the run's last request (its longest output): its simulated decode pace (ms a token
+  from its first token to its finish) against the measured bounds, the run's length over its
+  tokens (a first token at t = 0) and from the measured TTFT p99 on (a first token at the end of
+  the first wave); the run's length is ``num_requests x output mean / output throughput``.
 - ``--intake-s S [--intake-stream-s T]``: SGLang's intake per request (``FrontEnd.per_request_s``,
   committed 6 ms) and the streams' share of the intake process (``intake_stream_s``, 0).
 
     .venv/bin/python scripts/sglang_sharegpt_probes.py --peaks
+    .venv/bin/python scripts/sglang_sharegpt_probes.py --tail
     .venv/bin/python scripts/sglang_sharegpt_probes.py --prefill-scale 1.6
     .venv/bin/python scripts/sglang_sharegpt_probes.py --intake-s 0.012
 
@@ -119,6 +124,23 @@ def peaks() -> None:
     print(f"median ratio {np.median(ratios):.2f}")
 
 
+def tail() -> None:
+    print("run | last request: output tokens, simulated ms a token | measured: at most, at least")
+    for run in sharegpt_runs():
+        first = run[0]
+        measured = {row.metric: row.value for row in run}
+        result = published_runs.simulate_run(run, None, False)
+        rec = result.records
+        last = int(np.argmax(rec.finish_s))
+        gaps = max(int(rec.output_tokens[last]) - 1, 1)
+        simulated_ms = (rec.finish_s[last] - rec.first_token_s[last]) / gaps * 1e3
+        out_mean = first.output_len_mean or float(first.output_len or 0)
+        run_s = (first.num_requests or 0) * out_mean / measured["output_throughput"]
+        wave_end_s = measured["ttft_p99"] / 1e3
+        most, least = run_s / gaps * 1e3, (run_s - wave_end_s) / gaps * 1e3
+        print(f"{name_of(run):36s} {gaps + 1:5d} {simulated_ms:6.1f} | {most:6.1f} {least:6.1f}")
+
+
 def errors(frontend_of: Any) -> None:
     print("run | signed %: " + " ".join(METRICS))
     signed: dict[str, list[float]] = {m: [] for m in METRICS}
@@ -150,12 +172,16 @@ def main() -> int:
     parser.add_argument(
         "--peaks", action="store_true", help="peak output tok/s, measured and simulated"
     )
+    parser.add_argument("--tail", action="store_true", help="the last request's decode pace")
     parser.add_argument("--prefill-scale", type=float, default=1.0, help="prefill-only steps x K")
     parser.add_argument("--intake-s", type=float, default=None, help="SGLang's per_request_s")
     parser.add_argument("--intake-stream-s", type=float, default=0.0, help="intake_stream_s")
     args = parser.parse_args()
     if args.peaks:
         peaks()
+        return 0
+    if args.tail:
+        tail()
         return 0
     if args.prefill_scale <= 0:
         parser.error("--prefill-scale must be above 0")
