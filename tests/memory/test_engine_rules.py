@@ -62,6 +62,9 @@ def test_sglang_dp_attention_fraction_by_hand() -> None:
     assert sglang_mem_fraction_static(h200, 1, 1, 8) == dp8 == 0.769
     dp4 = round((143_771 - 14_848 - 512 * 4 * 4.5) / 143_771, 3)  # tp_size 8, dp_size 4
     assert sglang_mem_fraction_static(h200, 2, 1, 4) == dp4 == 0.833
+    # ``--tp 8 --enable-dp-attention`` without ``--dp-size``: TP8, padded as for dp_size 1.
+    flag_only = round((143_771 - 14_848 - 512 * 1 * 4.5) / 143_771, 3)
+    assert sglang_mem_fraction_static(h200, 8, dp_flag=True) == flag_only == 0.881
 
 
 def test_each_rule_gives_a_different_pool_and_vllm_is_unchanged() -> None:
