@@ -63,7 +63,7 @@ def main() -> int:
         print(f"per-rank blocks {layout.num_blocks // ranks} -> {rank_blocks}", file=sys.stderr)
         return dataclasses.replace(layout, num_blocks=rank_blocks * ranks)
 
-    session.pool_layout = per_rank  # type: ignore[assignment]
+    session.pool_layout = per_rank
     with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
         f.write(text)
         f.flush()
