@@ -92,7 +92,7 @@ def build_memory_plan(
     if engine == "trtllm" and kv_cache_free_gpu_mem_fraction is None:
         kv_cache_free_gpu_mem_fraction = TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION
     if engine == "sglang" and mem_fraction_static is None:
-        mem_fraction_static = sglang_mem_fraction_static(device, tp, pp)
+        mem_fraction_static = sglang_mem_fraction_static(device, tp, pp, dp if ep else 1)
     for flag, value, owner in (
         ("--kv-cache-free-gpu-mem-fraction", kv_cache_free_gpu_mem_fraction, "trtllm"),
         ("--mem-fraction-static", mem_fraction_static, "sglang"),

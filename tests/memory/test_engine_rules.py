@@ -51,6 +51,22 @@ def test_sglang_default_fraction_matches_its_published_values() -> None:
     assert _plan("sglang").config.mem_fraction_static == 0.835
 
 
+def test_sglang_dp_attention_fraction_by_hand() -> None:
+    """8 H200 (143,771 MiB each as nvidia-smi reports them) with ``--tp 8``: R = 512 +
+    1.5 x 8192 + 2 x 512 + 1024 = 14,848 MiB; with ``--dp-size 8 --enable-dp-attention``
+    (inferplan's attention TP1 x DP8) SGLang's tp_size is still 8 and R grows by
+    512 x 8 x (3 + 1.5) = 18,432 MiB of DP padding (``cuda_graph_max_bs`` 512 > 300)."""
+    h200 = load_gpu("h200")
+    assert sglang_mem_fraction_static(h200, 8) == round((143_771 - 14_848) / 143_771, 3) == 0.897
+    dp8 = round((143_771 - 14_848 - 18_432) / 143_771, 3)
+    assert sglang_mem_fraction_static(h200, 1, 1, 8) == dp8 == 0.769
+    dp4 = round((143_771 - 14_848 - 512 * 4 * 4.5) / 143_771, 3)  # tp_size 8, dp_size 4
+    assert sglang_mem_fraction_static(h200, 2, 1, 4) == dp4 == 0.833
+    # ``--tp 8 --enable-dp-attention`` without ``--dp-size``: TP8, padded as for dp_size 1.
+    flag_only = round((143_771 - 14_848 - 512 * 1 * 4.5) / 143_771, 3)
+    assert sglang_mem_fraction_static(h200, 8, dp_flag=True) == flag_only == 0.881
+
+
 def test_each_rule_gives_a_different_pool_and_vllm_is_unchanged() -> None:
     vllm = _plan("vllm").worst_stage
     total = load_gpu("h100").memory_bytes

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplan.errors import InferplanError
+from inferplan.memory.blockpool import pool_layout
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory, weight_formats_for
 from inferplan.memory.weights import attention_rank_params, ffn_rank_bytes, stage_weights
 from inferplan.specs.catalog import load_model
@@ -437,3 +438,24 @@ def test_budget_adds_up_and_blocks_fit(
         assert (stage.num_blocks + 1) * block_bytes > stage.kv_bytes
     assert p.num_blocks == min(s.num_blocks for s in p.stages)
     assert p.fits == (p.max_concurrent_seqs[p.max_model_len] >= 1)
+
+
+# --- DeepSeek sparse attention: the indexer's key cache -------------------------------------
+
+
+def test_v32_pool_counts_the_index_keys_by_hand() -> None:
+    """DeepSeek-V3.2 on 8 H200 (TP8): 61 MLA layers keep a bf16 latent of 512 + 64 values
+    and the indexer's FP8 key of 128 plus one fp32 scale per token, so a token takes
+    61 x (576 x 2 + 132) = 78,324 bytes on every rank (SGLang's cell size), not 70,272."""
+    p = plan("DeepSeek-V3.2", "h200", tp=8, ep=True, mem_fraction_static=0.8, block_size=64)
+    stage = p.stages[0]
+    assert p.kv_bytes_per_token == 61 * (576 * 2 + 132) == 78_324
+    assert stage.kv_bytes_per_token == 78_324
+    assert stage.num_blocks == int(stage.kv_bytes // (78_324 * 64))
+    assert stage.paged_kv_bytes == pytest.approx(stage.kv_bytes * 70_272 / 78_324)
+    # The engine's pool (values only in each block) holds the same tokens as the plan.
+    layout = pool_layout(p)
+    assert layout.block_bytes == 70_272 * 64
+    assert layout.num_blocks == stage.num_blocks
+    per_seq = 8192 * 78_324  # 8192 is a whole number of 64-token blocks
+    assert p.max_concurrent_seqs[8192] == int(stage.kv_bytes // per_seq)

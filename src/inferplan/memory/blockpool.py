@@ -85,7 +85,7 @@ def pool_layout(plan: MemoryPlan) -> PoolLayout:
         )
         if state_bytes:  # one fixed state page set per sequence, from its first token
             groups += (KvGroup(math.ceil(state_bytes / block_bytes), 1),)
-        blocks = int(max(stage.kv_bytes, 0) // block_bytes)
+        blocks = int(max(stage.paged_kv_bytes, 0) // block_bytes)  # less any index keys
         # The replica admits what its tightest stage holds: compare in full-sequence bytes.
         if best is None or blocks * block_bytes < best[0] * best[2]:
             best = (blocks, groups, block_bytes)

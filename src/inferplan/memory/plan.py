@@ -21,6 +21,12 @@ Two estimates stand in for what vLLM measures at start-up (see ``docs/modeling.m
   for ``max_num_seqs`` rows over the full vocabulary;
 - non-torch memory: 0.5 GiB of CUDA context and library workspaces per device, plus 0.5 GiB of
   communication buffers (NCCL, custom all-reduce) when the replica spans several devices.
+
+A DeepSeek sparse-attention layer (``specs/sparse.py``) also caches its lightning indexer's
+FP8 key and scale for every token the pool holds, in the KV dtype's stead: SGLang counts them in
+its cell size (``model_runner.py`` ``profile_max_num_token``, ``NSATokenToKVPool``), vLLM as one
+more cache spec per layer (``DeepseekV32IndexerCache``), so a token's bytes are the latent's
+plus the index key's, and the pool holds correspondingly fewer tokens.
 """
 
 from __future__ import annotations
@@ -95,6 +101,15 @@ class StagePlan:
     num_blocks: int
     layers: tuple[tuple[AttentionSpec, int], ...]  # attention shapes of this stage, counted
 
+    @property
+    def paged_kv_bytes(self) -> float:
+        """The pool's bytes for the paged KV values: ``kv_bytes`` less the indexer keys that
+        every held token carries beside them (all of it without an indexer)."""
+        index = index_key_bytes_per_token(self.layers)
+        if not index:
+            return self.kv_bytes
+        return self.kv_bytes * (1.0 - index / self.kv_bytes_per_token)
+
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -127,6 +142,12 @@ class MemoryPlan:
         return all(s.kv_bytes > 0 for s in self.stages) and (
             self.max_concurrent_seqs.get(self.max_model_len, 0) >= 1
         )
+
+
+def index_key_bytes_per_token(layers: tuple[tuple[AttentionSpec, int], ...]) -> float:
+    """The lightning indexers' cached key bytes one token adds over ``layers`` (attention,
+    count) pairs; the key is one head, so every tensor-parallel rank keeps all of it."""
+    return sum(att.indexer.key_bytes_per_token * n for att, n in layers if att.indexer is not None)
 
 
 def weight_formats_for(spec: ModelSpec, quantization: str | None) -> WeightFormats:
@@ -204,9 +225,9 @@ def _stage_plans(
             expert_padding=cfg.expert_padding,
         )
         kv_bytes = kv_pool_bytes(gpu.memory_bytes, cfg, weights.total_bytes, activation, reserve)
-        per_token = (
-            sum(kv_values_per_token(g.attention, par.tp) for g in layers) * kv.bytes_per_value
-        )
+        per_token = sum(
+            kv_values_per_token(g.attention, par.tp) for g in layers
+        ) * kv.bytes_per_value + index_key_bytes_per_token(tuple((g.attention, 1) for g in layers))
         block_bytes = per_token * cfg.block_size
         num_blocks = int(max(kv_bytes, 0) // block_bytes) if block_bytes else 0
         grouped: dict[AttentionSpec, int] = {}
@@ -247,9 +268,14 @@ def _max_concurrency(
                 tp=par.tp,
                 block_tokens=cfg.block_size,
             )
+            per_seq += index_key_bytes_per_token(stage.layers) * _whole_blocks(context, cfg)
             seqs.append(int(max(stage.kv_bytes, 0) // per_seq) if per_seq else cfg.max_num_seqs)
         out[context] = min(seqs)
     return out
+
+
+def _whole_blocks(tokens: int, cfg: MemoryConfig) -> int:
+    return -(-tokens // cfg.block_size) * cfg.block_size
 
 
 def _budget_bytes(gpu: GpuSpec, cfg: MemoryConfig, stages: tuple[StagePlan, ...]) -> float:
@@ -291,7 +317,8 @@ def plan_memory(
         max_model_len=max_model_len,
         budget_bytes=_budget_bytes(gpu, cfg, stages),
         stages=stages,
-        kv_bytes_per_token=kv_bytes_per_token(spec, kv),
+        kv_bytes_per_token=kv_bytes_per_token(spec, kv)
+        + index_key_bytes_per_token(tuple((g.attention, g.num_layers) for g in spec.layer_groups)),
         # DP attention: each data-parallel rank keeps the KV of its own sequences.
         num_blocks=min(s.num_blocks for s in stages) * par.attention_dp,
         max_concurrent_seqs={

@@ -102,7 +102,7 @@ def memory_fraction(cfg: ReplicaConfig, fraction: float | None) -> float:
         return TRTLLM_KV_CACHE_FREE_GPU_MEM_FRACTION
     gpu = load_gpu(cfg.gpu)
     if cfg.engine == "sglang":
-        return sglang_mem_fraction_static(gpu, cfg.tp, cfg.pp)
+        return sglang_mem_fraction_static(gpu, cfg.tp, cfg.pp, cfg.parallelism.attention_dp)
     return engine_defaults(cfg.engine, gpu).gpu_memory_utilization
 
 

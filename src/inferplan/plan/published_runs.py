@@ -186,7 +186,8 @@ def run_setup(row: PublishedRow) -> RunSetup:
             batch, tokens = trtllm_bench_limits(row, model, kv_bytes, fraction)
             memory = replace(memory, max_num_seqs=batch, max_num_batched_tokens=tokens)
     elif engine == "sglang":
-        fraction = sglang_mem_fraction_static(gpu, par.tp, par.pp)
+        flag = row.settings.get("enable_dp_attention") == "true"
+        fraction = sglang_mem_fraction_static(gpu, par.tp, par.pp, par.attention_dp, dp_flag=flag)
         memory = replace(memory, mem_fraction_static=fraction)
     else:
         utilization = float(row.settings.get("gpu_memory_utilization", "0.9"))

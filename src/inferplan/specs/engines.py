@@ -50,17 +50,28 @@ def sglang_cuda_graph_max_bs(gpu: GpuSpec, tp: int) -> int:
     return 512
 
 
-def sglang_mem_fraction_static(gpu: GpuSpec, tp: int, pp: int = 1) -> float:
+def sglang_mem_fraction_static(
+    gpu: GpuSpec, tp: int, pp: int = 1, dp_attention: int = 1, *, dp_flag: bool = False
+) -> float:
     """SGLang 0.5.4's default ``mem_fraction_static`` (``server_args.py``
     ``_handle_gpu_memory_settings``): ``round((M - R) / M, 3)`` with ``M`` the device's MiB and
     ``R = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8`` MiB, at least
-    10,240 on parts above 60 GiB: 0.835 on an H100 at TP1, 0.907 on an H200."""
+    10,240 on parts above 60 GiB: 0.835 on an H100 at TP1, 0.907 on an H200. With DP attention
+    over ``dp_attention`` ranks of ``tp`` each, SGLang's ``tp_size`` is their product and ``R``
+    grows by ``cuda_graph_max_bs x dp x 3`` MiB of padding, ``x 4.5`` above 300 graph rows
+    (0.5.3 to 0.5.6.post2 alike): 0.769 on 8 H200 at DP8, where TP8 alone gives 0.897. The
+    padding follows the ``--enable-dp-attention`` flag (``dp_flag``), read before
+    ``_handle_data_parallelism`` turns it off at ``--dp-size 1``: TP8 with the flag alone
+    reserves 512 x 1 x 4.5 MiB more (0.881)."""
     reported = gpu.memory_bytes + (CUDA_DRIVER_RESERVE_BYTES if gpu.vendor == "nvidia" else 0.0)
     memory_mib = reported / 2**20  # SGLang reads nvidia-smi's total
     gib = gpu.memory_bytes / GIB
     chunk = engine_defaults("sglang", gpu).max_num_batched_tokens
+    tp *= dp_attention  # SGLang's ``--tp`` spans the DP-attention ranks
     graph_bs = sglang_cuda_graph_max_bs(gpu, tp)
     reserve = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + 1024 * tp * pp / 8
+    if dp_attention > 1 or dp_flag:
+        reserve += graph_bs * dp_attention * (3 + (1.5 if graph_bs > 300 else 0.0))
     if gib > 60:
         reserve = max(reserve, 10240)
     return round((memory_mib - reserve) / memory_mib, 3)

@@ -31,8 +31,10 @@ class IndexerSpec:
 
     @property
     def key_bytes_per_token(self) -> float:
-        """Cached index-key bytes one token adds to one layer: FP8 values and their scales."""
-        return self.head_dim * (1.0 + 4.0 / INDEX_SCALE_BLOCK)
+        """Cached index-key bytes one token adds to one layer: FP8 values and a 4-byte scale
+        per whole block of them, as SGLang (``NSATokenToKVPool``) and vLLM
+        (``DeepseekV32IndexerCache``) lay the key out."""
+        return float(self.head_dim + self.head_dim // INDEX_SCALE_BLOCK * 4)
 
 
 def indexer_spec(f: ConfigFields) -> IndexerSpec | None:
