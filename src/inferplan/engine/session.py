@@ -20,6 +20,7 @@ from inferplan.engine.speculation import SimSpeculation
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, pool_layout
 from inferplan.memory.plan import MemoryPlan
+from inferplan.memory.sglang_pool import sglang_full_pool
 from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.prefixes import with_own_blocks
@@ -272,6 +273,8 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
     cfg = plan.config
     host_link = plan.gpu.host_link_bytes_s or 32e9
     layout = pool_layout(plan)  # full and sliding-window layers share the pool
+    if options.engine == "sglang":  # no hybrid SWA pool: windowed layers at full length
+        layout = sglang_full_pool(plan) or layout
     dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
     if options.engine == "sglang" and any(g.max_blocks == 1 for g in layout.groups):
         # SGLang's admission counts tokens in its pool; a fixed per-sequence state (Mamba,
