@@ -186,11 +186,18 @@ def _cycles_in_time(
     c: _Cycles, segment: _Segment, next_arrival_s: float, same_time_s: Callable[[Any], Any]
 ) -> int:
     """The segment's cycles whose last step starts before the arrival is seen, from the exact
-    clock ``c.now``."""
+    clock ``c.now``. The first cycle is tried alone first, in scalars (the same float
+    operations as the arrays': ``a + b * C`` with ``C`` exact, added in order from ``now``):
+    where even it starts too late, the segment's seconds are not made."""
+    length = len(segment.plan)
+    start, context = c.now, c.context + c.n * segment.s
+    for i in range(length - 1):
+        start += segment.a[i] + segment.b[i] * float(context + c.n * i)
+    if not next_arrival_s > start + same_time_s(start):
+        return 0
     durations, _ = _step_seconds(c, [segment])
     segment.durations = durations
     times = np.cumsum(np.concatenate(([c.now], durations)))
-    length = len(segment.plan)
     last_start = times[length - 1 : segment.k * length : length]
     ok = next_arrival_s > last_start + same_time_s(last_start)
     return segment.k if bool(ok.all()) else int(ok.argmin())
