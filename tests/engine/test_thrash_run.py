@@ -148,6 +148,31 @@ def _varied_arrival_on_a_step(seed: int) -> float:
     return at * (1.0 + float(rng.choice([-1e-13, 0.0, 1e-13])))
 
 
+@pure_only  # builds ``_Cycles`` by ``__new__`` around a stand-in replica
+def test_an_arrival_at_the_first_cycles_last_step() -> None:
+    """The arrival exactly where the loop's tie rule flips for the first cycle's last step
+    (``_cycles_in_time`` tries that cycle alone, in scalars): on the edge no cycle runs, one
+    float later the first does, as one cycle at a time gives."""
+    num_first = 0
+    for seed in range(120):
+        probe = _varied(np.random.default_rng(seed), seed)
+        if not next_cycle(probe, math.inf, same_time_s):
+            continue
+        start = _varied(np.random.default_rng(seed), seed).now
+        for step_s in probe.durations[0].tolist()[:-1]:
+            start += step_s
+        edge = start + same_time_s(start)
+        for arrival in (edge, math.nextafter(edge, math.inf)):
+            alone, together = (_varied(np.random.default_rng(seed), seed) for _ in range(2))
+            while next_cycle(alone, arrival, same_time_s):
+                pass
+            thrashrun.take_cycles(together, arrival, same_time_s)
+            assert _state(together) == _state(alone), seed
+            assert together.num_cycles == (arrival > edge), seed
+            num_first += together.num_cycles
+    assert num_first > 50
+
+
 class _SteepLines(_PiecewiseLines):
     """Lines whose slope is about a step's own seconds over a few thousand tokens of context,
     so a clock bound that took each line at its first context only would fall short."""

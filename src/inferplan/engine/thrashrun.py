@@ -58,10 +58,13 @@ class _Segment:
     """Cycles ``k`` with one plan from step ``s``: the head's blocks per step and each step's
     line (``a + b * C``) for the cycle's positions."""
 
-    __slots__ = ("a", "b", "k", "plan", "s")
+    __slots__ = ("a", "b", "durations", "k", "plan", "s")
 
     def __init__(self, s: int, k: int, plan: list[int], a: list[float], b: list[float]) -> None:
         self.s, self.k, self.plan, self.a, self.b = s, k, plan, a, b
+        # Step seconds already made for cycles ``[0, k')`` with ``k' >= k`` (an arrival cut's
+        # exact clock, ``_cycles_in_time``), reused when the segment is written.
+        self.durations: np.ndarray | None = None
 
 
 class _Crossings:
@@ -167,9 +170,12 @@ def _step_seconds(c: _Cycles, segments: list[_Segment]) -> tuple[np.ndarray, np.
     durations, head = [], []
     for seg in segments:
         length = len(seg.plan)
-        steps = np.arange(seg.s, seg.s + seg.k * length).reshape(seg.k, length)
-        context = c.context + c.n * steps
-        durations.append((np.array(seg.a) + np.array(seg.b) * context).ravel())
+        if seg.durations is not None:  # made for the exact clock: the same floats
+            durations.append(seg.durations[: seg.k * length])
+        else:
+            steps = np.arange(seg.s, seg.s + seg.k * length).reshape(seg.k, length)
+            context = c.context + c.n * steps
+            durations.append((np.array(seg.a) + np.array(seg.b) * context).ravel())
         head.append(np.broadcast_to(np.array(seg.plan), (seg.k, length)).ravel())
     if len(segments) == 1:
         return durations[0], head[0]
@@ -180,10 +186,18 @@ def _cycles_in_time(
     c: _Cycles, segment: _Segment, next_arrival_s: float, same_time_s: Callable[[Any], Any]
 ) -> int:
     """The segment's cycles whose last step starts before the arrival is seen, from the exact
-    clock ``c.now``."""
-    durations, _ = _step_seconds(c, [segment])
-    times = np.cumsum(np.concatenate(([c.now], durations)))
+    clock ``c.now``. The first cycle is tried alone first, in scalars (the same float
+    operations as the arrays': ``a + b * C`` with ``C`` exact, added in order from ``now``):
+    where even it starts too late, the segment's seconds are not made."""
     length = len(segment.plan)
+    start, context = c.now, c.context + c.n * segment.s
+    for i in range(length - 1):
+        start += segment.a[i] + segment.b[i] * float(context + c.n * i)
+    if not next_arrival_s > start + same_time_s(start):
+        return 0
+    durations, _ = _step_seconds(c, [segment])
+    segment.durations = durations
+    times = np.cumsum(np.concatenate(([c.now], durations)))
     last_start = times[length - 1 : segment.k * length : length]
     ok = next_arrival_s > last_start + same_time_s(last_start)
     return segment.k if bool(ok.all()) else int(ok.argmin())

@@ -184,8 +184,7 @@ class ItlBatch(QueuedAdds):
             rows = pack(batch)
             if integral_rows(rows) and all(is_integral(weight) for _, weight in many):
                 bin_rows(self._counts, self.grid, rows)
-                for bins, weight in many:  # integer sums: exact in any order
-                    self._count_many(bins, weight)
+                count_bins(self._counts, many)  # integer sums: exact in any order
                 apply_rows(ItlHistogram._settled(self), rows)
                 return
         for update in batch:  # in order, through the histogram's own adds
@@ -228,6 +227,24 @@ def integral_rows(rows: npt.NDArray[np.float64]) -> bool:
     kind = rows[:, 0]
     weights = np.where(kind == ONE, rows[:, 2], rows[:, 4])[kind != MANY]
     return bool(np.all(np.isfinite(weights) & (weights == np.floor(weights))))
+
+
+def count_bins(
+    counts: npt.NDArray[np.float64], many: list[tuple[npt.NDArray[np.intp], float]]
+) -> None:
+    """Add each ``(bins, weight)``'s ``weight`` per entry of ``bins`` to ``counts`` in one
+    ``np.bincount`` (the batch's ``add_many`` calls; integer weights: the per-bin sums are
+    integers, the same floats as one ``ItlHistogram._count_many`` per call)."""
+    if not many:
+        return
+    if len(many) == 1:
+        bins = many[0][0]
+        weights = np.full(len(bins), many[0][1], dtype=np.float64)
+    else:
+        bins = np.concatenate([b for b, _ in many])
+        lengths = [len(b) for b, _ in many]
+        weights = np.repeat(np.array([w for _, w in many], dtype=np.float64), lengths)
+    counts += np.bincount(bins, weights=weights, minlength=len(counts))
 
 
 def bin_rows(counts: npt.NDArray[np.float64], grid: BinGrid, rows: npt.NDArray[np.float64]) -> None:
