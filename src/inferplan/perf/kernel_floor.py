@@ -25,9 +25,9 @@ from inferplan.specs.model import AttentionSpec, FfnSpec
 KERNEL_FLOOR_S = 0.0
 
 # The shortest time of one launched kernel of a CUDA-graphed decode step on the catalog's parts:
-# a graph node's dependency wait (~1-2 us between kernels replayed from a graph) plus a small
-# kernel's ramp and tail (~2-3 us). Not fitted: docs/validation.md ``r1x15`` has 3, 5 and 8 us.
-SERVED_KERNEL_FLOOR_S = 5e-6
+# a graph node's dependency wait (~1 us between kernels replayed from a graph) plus a small
+# kernel's ramp and tail (~2 us). Not fitted: docs/validation.md ``r1x15`` compares 3, 5, 8 us.
+SERVED_KERNEL_FLOOR_S = 3e-6
 
 # The launches of a layer's operators, as the engines' model code runs them.
 
