@@ -20,6 +20,7 @@ from inferplan.perf.attention_ops import AttentionRates, attention_ops
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
 from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.kernel_floor import KERNEL_FLOOR_S, floored
 from inferplan.perf.op import Op
 from inferplan.perf.sparse_attention import read_window
 from inferplan.specs.hardware import GpuSpec
@@ -63,6 +64,11 @@ class AttentionPieces:
         # attention stays one piece.
         self._tiled = eff.mixed_decode_rows > 1
         self._cache: dict[tuple[float | bool, ...], Piece] = {}
+        self.floor_s = KERNEL_FLOOR_S  # a launch's shortest time (``perf/kernel_floor.py``)
+
+    def clear(self) -> None:
+        """Drop the cached pieces (their floor changed)."""
+        self._cache.clear()
 
     def of(self, i: int, batch: StepBatch, m: int) -> tuple[Piece, ...]:
         """Group ``i``'s attention operators for ``batch`` split in ``m`` micro-batches."""
@@ -108,7 +114,8 @@ class AttentionPieces:
         ops = attention_ops(
             layers.attention, layers.count, batch, shape, layers.kv_bytes, self._rates[i], parts
         )
-        return tuple(ops)
+        # The decode kernel's floor on its fixed part: its KV stream adds (``kernel_floor``).
+        return tuple(floored(op, 1, self.floor_s) if op.name == "attn_decode" else op for op in ops)
 
 
 def _rates(att: AttentionSpec, gpu: GpuSpec, eff: Efficiency) -> AttentionRates:

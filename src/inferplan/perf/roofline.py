@@ -32,6 +32,14 @@ from inferplan.perf.comm import allreduce_s, p2p_s
 from inferplan.perf.cudagraph import CudaGraphs, decode_graph
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.gemm_shape import half_rows
+from inferplan.perf.kernel_floor import (
+    KERNEL_FLOOR_S,
+    SERVED_KERNEL_FLOOR_S,
+    elementwise_kernels,
+    ffn_kernels,
+    floored,
+    projection_kernels,
+)
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.op import ACT_BYTES, Op
@@ -80,9 +88,7 @@ class RooflineModel:
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
         self._gemm_ops: dict[tuple[str, float, float, int, int, bool], Op] = {}
         self.cuda_graphs = cuda_graphs
-        # An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
-        # eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding.
-        self.graphs: CudaGraphs | None = None
+        self._graphs: CudaGraphs | None = None  # ``graphs``
         self.moe_exchange = "alltoall"  # or "allgather" (perf/moe_comm.py)
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
@@ -100,6 +106,7 @@ class RooflineModel:
             for g in self.groups
         ]
         self.attention_pieces = AttentionPieces(tuple(layers), gpu, eff)
+        self.kernel_floor_s = KERNEL_FLOOR_S  # a launch's shortest time (perf/kernel_floor.py)
         for group in self.groups:  # a placement that cannot exist fails here, not mid-run
             if group.ffn.kind == "moe":
                 self.expert_table(group.ffn)
@@ -118,6 +125,30 @@ class RooflineModel:
             linear, other = attention_rank_params(att, self.spec.hidden_size, self.par.tp)
             out.append(_Group(att, ffn, count, linear, other))
         return tuple(out)
+
+    @property
+    def graphs(self) -> CudaGraphs | None:
+        """An engine's decode graphs (``perf/cudagraph.py``): a pure decode runs its padded size,
+        eager above the largest. None: graphs up to CUDA_GRAPH_MAX_BATCH, no padding."""
+        return self._graphs
+
+    @graphs.setter
+    def graphs(self, graphs: CudaGraphs | None) -> None:
+        """Set where the model serves an engine (``plan/served.py`` ``served_graphs``): its
+        graphs are a served PyTorch runtime's (vLLM, SGLang, ``trtllm-serve``; None for
+        TensorRT-LLM's C++ engines and ``trtllm-bench``), whose launches pay
+        ``SERVED_KERNEL_FLOOR_S`` each (``perf/kernel_floor.py``)."""
+        self._graphs = graphs
+        self.set_kernel_floor(SERVED_KERNEL_FLOOR_S if graphs is not None else KERNEL_FLOOR_S)
+
+    def set_kernel_floor(self, floor_s: float) -> None:
+        """Every operator of a layer at least its launches times ``floor_s``
+        (``perf/kernel_floor.py``); the operators cached so far are dropped."""
+        self.kernel_floor_s = floor_s
+        self.attention_pieces.floor_s = floor_s
+        self.attention_pieces.clear()
+        self._token_parts.clear()
+        self._lines.clear()
 
     # ---- the StepTimeModel protocol ---------------------------------------------------------
 
@@ -257,7 +288,7 @@ class RooflineModel:
         dpa = self.par.attention_dp
         # A pure decode replaying a captured graph runs its padded rows in the GEMMs (the
         # padding reads no KV: attention keeps the real rows).
-        rows, eager = decode_graph(self.graphs, self.cuda_graphs, batch, dpa)
+        rows, eager = decode_graph(self._graphs, self.cuda_graphs, batch, dpa)
         around, comm = self._token_pieces(rows / m)
         pieces: list[Piece] = []
         for i, (proj, rest) in enumerate(around):
@@ -284,7 +315,8 @@ class RooflineModel:
             proj: Piece = ()
             if group.attention.kind != "none":
                 fmt = self.formats.linear
-                proj = (self._gemm("attn_proj", group.attn_linear_params, local, fmt, group.count),)
+                op = self._gemm("attn_proj", group.attn_linear_params, local, fmt, group.count)
+                proj = (floored(op, projection_kernels(group.attention), self.kernel_floor_s),)
             ffn_ops, ffn_comm = self._ffn(group, tokens)
             # A Nemotron-H block has a mixer or an FFN, not both: no all-reduce for the other.
             mixer_comm = self._attn_allreduce(local) if group.attention.kind != "none" else 0.0
@@ -299,6 +331,12 @@ class RooflineModel:
                 self.bandwidth * self.eff.memory_bandwidth,
                 group.count,
             )
+            elementwise = floored(
+                elementwise, elementwise_kernels(group.attention), self.kernel_floor_s
+            )
+            ffn_ops = [
+                floored(op, ffn_kernels(group.ffn, op.name), self.kernel_floor_s) for op in ffn_ops
+            ]
             around.append((proj, (*ffn_ops, elementwise)))
         return keep(self._token_parts, key, (tuple(around), comm), LINE_CACHE_SIZE)
 
