@@ -17,6 +17,7 @@ from inferplan.cluster.classpools import MAX_INTERVAL_S, class_pools
 from inferplan.engine.frontend import FrontEnd, seen_result
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.simulator import SimulationResult
+from inferplan.engine.tokenizer_stage import at_client_times, tokenizer_delays
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.protocol import StepTimeModel
@@ -109,6 +110,11 @@ def pooled_run(
         flags.repartition_cooldown_s,
     )
     cfg = simulation_config(plan, options)
-    pooled = simulate_class_pools(workload, cfg, model, spec, on_progress)
-    seen, _ = seen_result(pooled.result, frontend or FrontEnd(), options.data_parallel_size)
+    fe = frontend or FrontEnd()
+    # Behind the front end's tokenizer stage, as the run without pools (``simulate_tokenized``).
+    delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
+    delayed = replace(workload, arrival_s=workload.arrival_s + delays)
+    pooled = simulate_class_pools(delayed, cfg, model, spec, on_progress)
+    pooled = replace(pooled, result=at_client_times(pooled.result, delays))
+    seen, _ = seen_result(pooled.result, fe, options.data_parallel_size)
     return pooled.result, {"class_pools": replace(pooled, result=seen).summary_json(spec)}

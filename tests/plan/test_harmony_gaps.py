@@ -9,11 +9,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from inferplan.engine.frontend import FrontEndTimes
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.plan.chat_stream import HARMONY_MERGED_GAPS, merged_gaps, with_merged_gaps
 from inferplan.plan.published import bundled_published
-from inferplan.plan.published_runs import run_workload
+from inferplan.plan.published_runs import _per_sample_shift, run_workload
 
 
 def _records(outputs: list[int]) -> RequestRecords:
@@ -67,3 +68,21 @@ def test_every_engines_sharegpt_runs_send_the_published_means() -> None:
         workload = run_workload(row, quick=False)
         assert workload.output_tokens.mean() == pytest.approx(row.output_len_mean, abs=0.6)
         assert workload.input_tokens.mean() == pytest.approx(row.input_len_mean, abs=0.6)
+
+
+def test_a_merged_sample_moves_by_the_sum_of_its_gaps_shifts() -> None:
+    # The front end moves each evenly spread token gap by after - before (here -10 ms); a
+    # harmony sample of 1.5 gaps on average moves by 1.5 times that: the client's mean is 1.5
+    # times the mean gap it sees, as in simulate's unmerged stream.
+    times = FrontEndTimes(
+        np.zeros(1),
+        np.ones(1),
+        {"mean": 0.100, "median": 0.080, "p99": 0.300},
+        {"mean": 0.090, "median": 0.080, "p99": 0.320},
+    )
+    scaled = _per_sample_shift(times, 1.5)
+    assert scaled.itl_before_s == times.itl_before_s
+    assert scaled.itl_after_s["mean"] == pytest.approx(0.085)
+    assert scaled.itl_after_s["median"] == pytest.approx(0.080)
+    assert scaled.itl_after_s["p99"] == pytest.approx(0.330)
+    assert _per_sample_shift(times, 1.0).itl_after_s == pytest.approx(times.itl_after_s)

@@ -27,7 +27,8 @@ def test_vllm_serve_rows_keep_their_engine_front_end() -> None:
     # gpt-oss: vLLM renders its prompt with openai_harmony, nothing before the engine
     row = next(r for r in served if "gpt-oss" in r.model)
     assert row_frontend(row) == engine_frontend("vllm", row.engine_version)
-    assert row_frontend(row).per_request_s == 0.0  # vLLM's arrivals are not delayed
+    # the API server's own intake only (tokenise; fit_frontend.py's bound: under 10 ms)
+    assert 0.0 <= row_frontend(row).per_request_s < 0.010
     # a jinja template (Qwen3 on vLLM 0.11, chat endpoint): parsed per request, interleaved
     qwen = next(r for r in served if "Qwen3" in r.model and r.engine_version == "0.11.0")
     fe, base = row_frontend(qwen), engine_frontend("vllm", qwen.engine_version)

@@ -32,7 +32,7 @@ from functools import cache
 
 import numpy as np
 
-from inferplan.engine.frontend import FrontEnd, behind_frontend, shift_itl
+from inferplan.engine.frontend import FrontEnd, FrontEndTimes, behind_frontend, shift_itl
 from inferplan.engine.session import ServingOptions
 from inferplan.engine.simulator import SimulationResult
 from inferplan.engine.tokenizer_stage import simulate_tokenized
@@ -91,6 +91,10 @@ from inferplan.workload.request import Workload
 
 DEFAULT_CONTEXT_TOKENS = 8192  # the context a run that states none is planned with
 QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many requests
+# Requests of a run whose source states no count: only 27 ``trtllm-bench`` rows, whose docs'
+# request-count tables list no entry for their lengths (1000/1000 in 1.1/1.2, 1024/2048 in
+# 0.19; ``data/published.md``); every GPUStack row states its "Successful requests".
+UNSTATED_REQUESTS = 1000
 
 
 def engine_release(row: PublishedRow) -> str | None:
@@ -225,7 +229,7 @@ def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.
 
 
 def run_workload(row: PublishedRow, quick: bool) -> Workload:
-    num = row.num_requests or 1000
+    num = row.num_requests or UNSTATED_REQUESTS
     if quick:
         num = min(num, QUICK_MAX_REQUESTS)
     rng = np.random.default_rng(0)
@@ -300,14 +304,27 @@ def served_summary(
     gaps the stream delivers as one sample (``chat_stream.py``)."""
     records, duration_s, times = behind_frontend(result.records, result.duration_s, fe)
     done = int(np.count_nonzero(records.status == RequestStatus.COMPLETED))
-    itl = with_merged_gaps(with_empty_chunks(result.itl, done, empty_chunks), records, merged_gaps)
+    gaps = with_empty_chunks(result.itl, done, empty_chunks)
+    itl = with_merged_gaps(gaps, records, merged_gaps)
     summary = summarize(records, itl, duration_s=duration_s)
     if not summary.get("completed"):
         raise InferplanError(
             "no request completed in the simulation (each was rejected: longer than the "
             "token budget without chunked prefill, or than the KV pool)"
         )
+    if times is not None and itl is not gaps and itl.total_weight > 0:
+        times = _per_sample_shift(times, gaps.total_weight / itl.total_weight)
     return shift_itl(summary, times)
+
+
+def _per_sample_shift(times: FrontEndTimes, gaps_per_sample: float) -> FrontEndTimes:
+    """``times`` with the front end's shift of each ITL statistic scaled to samples that
+    hold ``gaps_per_sample`` token gaps on average (a merged sample is the sum of its gaps, so
+    it moves by the sum of their shifts: the client's mean is then ``gaps_per_sample`` times the
+    mean gap it sees, as without merging)."""
+    before = times.itl_before_s
+    after = {k: v + gaps_per_sample * (times.itl_after_s[k] - v) for k, v in before.items()}
+    return replace(times, itl_after_s=after)
 
 
 def metric_values(rows: list[PublishedRow], summary: dict[str, object]) -> dict[str, float | None]:
@@ -340,7 +357,7 @@ def predict_run(
     step = run_step_model(first, setup, plan, efficiency)
     isl = first.input_len or 1
     rates = steady_state_throughput(
-        plan, step, isl, first.output_len or 1, first.num_requests or 1000
+        plan, step, isl, first.output_len or 1, first.num_requests or UNSTATED_REQUESTS
     )
     if rates is None:
         raise InferplanError("one request's KV does not fit in the pool as modelled")
