@@ -31,7 +31,8 @@ recompute, a uniform pool without prefix caching (or with own blocks only: the c
 along the chain is ``engine/ownchain.py``'s, and a stretch ends before the step that admits the
 queue head, ``engine/ownstretch.py``), KV tiers or admission policies, every row decoding and having
 emitted at ``now``. Under the priority policy, with shared prefixes or windowed layers the stepwise
-path runs as before.
+path runs as before. Without own blocks a chain's links run in one frame over locals
+(``engine/chainlinks.py``, the same expressions); ``_Chain``'s methods stay its reference.
 """
 
 from __future__ import annotations
