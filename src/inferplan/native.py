@@ -39,6 +39,7 @@ MODULES = (
     "engine/admission.py",
     "engine/aging.py",
     "engine/chain.py",
+    "engine/chainlinks.py",
     "engine/chunk_step.py",
     "engine/implicit.py",
     "engine/implicit_step.py",

@@ -42,7 +42,9 @@ def _run(
 ) -> tuple[SimulationResult, int]:
     """A run without ``check``, and how many times a chain took arrivals in. ``intake``: "on",
     "off" (every chain stops at the arrival bound, as before) or "any-policy" (the FCFS test
-    left out: chains take arrivals in under every queue policy)."""
+    left out: chains take arrivals in under every queue policy); both run ``_Chain``'s own
+    methods (``engine/chainlinks.py``'s one-frame loop runs "on" where there are no own
+    blocks)."""
     wl = _workload(case)
     if own:
         wl = with_own_blocks(wl)
@@ -60,6 +62,8 @@ def _run(
         return bound
 
     monkeypatch.setattr(sim, "_chain_arrivals", counting)
+    if intake != "on":  # the patches below are of ``_Chain``'s methods: the reference path
+        monkeypatch.setattr(chain_module, "LINKS_IN_ONE_FRAME", False)
     if intake == "off":
         monkeypatch.setattr(chain_module._Chain, "_arrivals_in", lambda self: None)
     elif intake == "any-policy":

@@ -31,7 +31,8 @@ recompute, a uniform pool without prefix caching (or with own blocks only: the c
 along the chain is ``engine/ownchain.py``'s, and a stretch ends before the step that admits the
 queue head, ``engine/ownstretch.py``), KV tiers or admission policies, every row decoding and having
 emitted at ``now``. Under the priority policy, with shared prefixes or windowed layers the stepwise
-path runs as before.
+path runs as before. Without own blocks a chain's links run in one frame over locals
+(``engine/chainlinks.py``, the same expressions); ``_Chain``'s methods stay its reference.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.chainblocks import TailBlocks
+from inferplan.engine.chainlinks import run_links
 from inferplan.engine.ownchain import OwnLru
 from inferplan.engine.ownstretch import steps_before_head_joins
 from inferplan.engine.plain_admission import plain_head_chunk
@@ -61,6 +63,9 @@ Intake = Callable[[float], "float | None"]
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED, _GENERATED, _TARGET = 1, 3, 4
 FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
+# A chain without own blocks runs its links in one frame (``engine/chainlinks.py``); the
+# methods below stay the path with own blocks and the reference (False: they run every chain).
+LINKS_IN_ONE_FRAME = True
 
 
 def preemption_chain(
@@ -166,6 +171,9 @@ class _Chain:
     def run(self, next_arrival_s: float, preempting: bool) -> None:
         """Preemption steps and stretches, as ``Simulation._advance``'s loop takes them (with
         ``intake``, across the arrivals it takes in at the bound: ``_arrivals_in``)."""
+        if self.own is None and LINKS_IN_ONE_FRAME:
+            run_links(self, next_arrival_s, preempting)
+            return
         r = self.r
         while True:
             if preempting:

@@ -1,0 +1,178 @@
+"""A chain's links in one frame (``engine/chain.py``; issue 10, above capacity).
+
+A chain is a run of links: a preemption step (tail victims popped, then one decode step of the
+rest) and the stretch after it, to the next step whose blocks do not fit. ``_Chain.run`` takes
+each link through a dozen calls (``_preemption_step``, ``_preempt_victims``, the block state's
+``first_failure``, ``held`` and ``pop``, ``_context``, ``_segment`` twice, ``_head_can_join``,
+``_stretch_steps``, ``_left``), each reading the chain's fields again: about 15 us a link,
+138,000 links and 47 % of ``above --num-requests 20000 --bare``. Here a chain without own
+blocks runs its links in one loop over locals: the block state (``TailBlocks``' ``at_least``,
+``K_p``, ``p``), the clock, the steps done and the records' lists are read once a chain and
+written back once, at its end, before ``_Chain._commit``.
+
+Every expression is the reference's (``_Chain``'s methods, kept for own blocks and as the
+reference in ``tests/engine/test_chain_links.py``): the same integers, the same float operations
+in the same order, the same calls out (``decode_line``, ``_steps_before``, the queue's
+``push_front`` and ``peek``, ``plain_head_chunk``, the intake), so runs are bit for bit the
+same. One test is known instead of asked: a preemption step follows a stretch that ended at the
+pool's first failing step (or, at the chain's start, ``is_consistent``'s first failure at step
+0), so its first victim is popped without asking ``first_failure`` again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from inferplan.engine.plain_admission import plain_head_chunk
+from inferplan.engine.stretch import _steps_before
+
+if TYPE_CHECKING:
+    from inferplan.engine.chain import _Chain
+
+
+def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
+    """``_Chain.run`` of a chain without own blocks (``chain.own is None``): the same links,
+    records and commit. One function on purpose: its locals are the point (module doc)."""
+    r = chain.r
+    cfg, waiting = r.cfg, r.waiting
+    decode_line, push_front, peek = r.model.decode_line, waiting.push_front, waiting.peek
+    queued = waiting.tokens  # the queue's dict: non-empty iff the queue is (``len(waiting)``)
+    intake = chain.intake
+    max_tokens, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
+    ids, computed, left_prefix = r.running.ids, chain.computed, chain.left_prefix
+    blocks = chain.blocks
+    at_least, k_p, p = blocks.at_least, blocks.k, blocks.p
+    block, usable, outside = chain.block, chain.usable, chain.outside
+    j, now, seg_max_itl, computed_sum = chain.j, chain.now, chain.seg_max_itl, chain.computed_sum
+    finished = chain.finished
+    victim_ids, victim_computed, victim_itl = (
+        chain.victim_ids,
+        chain.victim_computed,
+        chain.victim_itl,
+    )
+    trace_times, trace_blocks, itl_series = chain.trace_times, chain.trace_blocks, chain.itl_series
+    step_after = False  # the loop's own ``Replica.step`` (a stretch of no steps, no preemption)
+    while True:
+        if preempting:
+            # ``_preempt_victims``: the first victim is known (module doc); then pop while the
+            # rest's first failing step (``TailBlocks.first_failure``) is at or before ``j``.
+            while True:
+                row = p - 1
+                start = int(computed[row])
+                rid = int(ids[row])
+                push_front(rid, num_tokens=start + j + 1)
+                computed_sum -= start
+                victim_ids.append(rid)
+                victim_computed.append(start + j)
+                victim_itl.append(seg_max_itl)
+                for v in range(start % block + 1):  # ``TailBlocks.pop``
+                    at_least[v] -= 1
+                k_p -= start // block + 1
+                p = row
+                if p == 0:
+                    break
+                q, rest = divmod(usable - k_p, p)
+                if q >= 0:
+                    v = block - 1
+                    while at_least[v] <= rest:
+                        v -= 1
+                    if block * q + block - v > j:
+                        break
+            if p == 0:  # nothing left to run: the loop's ``can_stretch`` fails
+                break
+            # The preemption step: ``_segment`` of one step (no swap time). With ``k = 1`` its
+            # total ``k * a + b * (k * C + n * k * (k - 1) / 2)`` is ``first`` exactly
+            # (``1 * a == a``, ``C + 0.0 == C`` below 2**53).
+            context = computed_sum + p * j + p
+            a, b, _ = decode_line(p, context)
+            first = (a + 0.0) + b * context
+            step = b * p
+            trace_times.append(now)
+            trace_blocks.append(
+                outside + p * ((j - 1) // block) + k_p + at_least[block - (j - 1) % block]
+            )
+            last = first + 0 * step
+            if last > seg_max_itl:
+                seg_max_itl = last
+            itl_series.append((first, step, 1, float(p)))
+            now += first
+            finished = left_prefix[p - 1] - j <= 1
+            j += 1
+            if not finished and now >= next_arrival_s and intake is not None and queued:
+                bound = intake(now)  # ``_arrivals_in``
+                if bound is not None:
+                    next_arrival_s = bound
+            if finished or now >= next_arrival_s:
+                break
+            # ``_head_can_join``
+            if p > max_tokens:
+                break
+            if queued and p < max_seqs and max_tokens - p > 0:
+                available = usable - (p * (j // block) + k_p + at_least[block - j % block])
+                if plain_head_chunk(peek()[1], max_tokens - p, block, available) is not None:
+                    break
+        preempting = True
+        # ``_stretch_steps``
+        context = computed_sum + p * j + p
+        a, b, limit = decode_line(p, context)
+        k = left_prefix[p - 1] - j
+        if math.isfinite(limit):
+            k = min(k, max(0, math.ceil((limit - context) / p)))
+        q, rest = divmod(usable - k_p, p)
+        if q < 0:
+            k_pool = -j
+        else:
+            v = block - 1
+            while at_least[v] <= rest:
+                v -= 1
+            k_pool = block * q + block - v - j
+        if math.isfinite(next_arrival_s):
+            # ``_steps_before``'s usual answer written out (its first two tests, the same
+            # floats): the whole capped stretch starts before the arrival.
+            cap, window_s = min(k, k_pool + 1), next_arrival_s - now
+            if window_s <= 0 or cap <= 0:
+                k = 0
+            elif cap * a + b * (cap * context + p * cap * (cap - 1) / 2) < window_s:
+                k = cap
+            else:
+                k = _steps_before(window_s, a, b, context, p, cap)
+        pool_bound = k_pool < k
+        k = min(k, k_pool)
+        if k > 0:  # ``_segment``
+            first = a + b * context
+            step = b * p
+            trace_times.append(now)
+            trace_blocks.append(
+                outside + p * ((j - 1) // block) + k_p + at_least[block - (j - 1) % block]
+            )
+            last = first + (k - 1) * step
+            if last > seg_max_itl:
+                seg_max_itl = last
+            itl_series.append((first, step, k, float(p)))
+            now += k * a + b * (k * context + p * k * (k - 1) / 2)
+            finished = k >= left_prefix[p - 1] - j
+            j += k
+        if pool_bound:
+            continue
+        if k > 0 and not finished and intake is not None and queued:
+            bound = intake(now)  # ``_arrivals_in``
+            if bound is not None:
+                # ``not _head_can_join()``: go on to a stretch bounded by the next arrival
+                if p > max_tokens:
+                    break
+                if not queued or p >= max_seqs or max_tokens - p <= 0:
+                    next_arrival_s, preempting = bound, False
+                    continue
+                available = usable - (p * (j // block) + k_p + at_least[block - j % block])
+                if plain_head_chunk(peek()[1], max_tokens - p, block, available) is None:
+                    next_arrival_s, preempting = bound, False
+                    continue
+        step_after = k == 0
+        break
+    blocks.k, blocks.p = k_p, p
+    chain.j, chain.p, chain.now, chain.seg_max_itl = j, p, now, seg_max_itl
+    chain.computed_sum, chain.finished = computed_sum, finished
+    chain._commit()
+    if step_after:
+        r.step()
