@@ -32,6 +32,17 @@ from .test_own_stretch import _own_config
 SPREAD = replace(TAIL, num_requests=40, max_output=300, request_rate=10.0)
 
 
+def intake_under_every_policy(monkeypatch: pytest.MonkeyPatch, sim: Simulation) -> None:
+    """Let every chain take arrivals in whatever the queue's policy (the FCFS check bypassed)."""
+    run = chain_module._Chain.run
+
+    def any_policy(self, next_arrival_s, preempting):  # type: ignore[no-untyped-def]
+        self.intake = sim._intake
+        run(self, next_arrival_s, preempting)
+
+    monkeypatch.setattr(chain_module._Chain, "run", any_policy)
+
+
 def _run(
     case: Case,
     monkeypatch: pytest.MonkeyPatch,
@@ -67,13 +78,7 @@ def _run(
     if intake == "off":
         monkeypatch.setattr(chain_module._Chain, "_arrivals_in", lambda self: None)
     elif intake == "any-policy":
-        run = chain_module._Chain.run
-
-        def any_policy(self, next_arrival_s, preempting):  # type: ignore[no-untyped-def]
-            self.intake = sim._intake
-            run(self, next_arrival_s, preempting)
-
-        monkeypatch.setattr(chain_module._Chain, "run", any_policy)
+        intake_under_every_policy(monkeypatch, sim)
     res = sim.run()
     monkeypatch.undo()
     return res, taken

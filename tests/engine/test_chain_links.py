@@ -27,7 +27,7 @@ from inferplan.engine.replica import Replica
 from native_mode import pure_only
 
 from .test_chain import TAIL, _assert_identical, tail_cases
-from .test_chain_arrivals import SPREAD
+from .test_chain_arrivals import SPREAD, intake_under_every_policy
 from .test_fast_equals_exact import Case, _config, _plan_and_model, _workload
 
 
@@ -131,13 +131,7 @@ def _whole(case: Case, *, one_frame: bool, any_policy: bool = False) -> tuple[ob
         monkeypatch.setattr(chain_module, "LINKS_IN_ONE_FRAME", one_frame)
         monkeypatch.setattr(chain_module, "run_links", counting)
         if any_policy:
-            run = chain_module._Chain.run
-
-            def every_policy(self, next_arrival_s, preempting):  # type: ignore[no-untyped-def]
-                self.intake = sim._intake
-                run(self, next_arrival_s, preempting)
-
-            monkeypatch.setattr(chain_module._Chain, "run", every_policy)
+            intake_under_every_policy(monkeypatch, sim)
         res = sim.run()
     return res, ran
 
