@@ -22,7 +22,7 @@ def _read_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trtllm_bench, "READ_STATED_ATTENTION_DP", True)
 
 
-def test_off_by_default_the_table_column_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_the_table_column_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trtllm_bench, "READ_STATED_ATTENTION_DP", False)
     row = _first("trt10-q235-b200-tp8-fp4")
     assert not stated_attention_dp(row)

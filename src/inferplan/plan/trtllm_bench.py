@@ -2,8 +2,8 @@
 ``max_num_tokens`` heuristic (``tensorrt_llm/bench/build/tuning.py``), which sizes the KV cache
 from a generic multi-head formula and the checkpoint's parameter count on the reported memory,
 and the padded decode CUDA graphs its perf-overview runs configure (``perf/cudagraph.py``).
-Two readings of those runs are built but off (``docs/validation.md``, ``trtput3``): the packed
-parameter count of NVFP4 checkpoints, and the v1.0 MoE rows as DEP."""
+Two readings of those runs are built (``docs/validation.md``, ``trtput3``): the packed
+parameter count of NVFP4 checkpoints (off), and the v1.0 MoE rows as DEP (on since ``dep15``)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
 from inferplan.specs.params import count_params
 
-# Both measured and left off (docs/validation.md, `trtput3`): cross-validated together they
-# lower the median and p90 of the 770 rows but make H200, gpt-oss, DeepSeek and Llama 4 worse;
-# the packed count alone cross-validates worse than both off (`trtput4`: 8.0 / 23.5 %).
+# docs/validation.md: the packed count alone cross-validates worse than off (`trtput4`: 8.0 /
+# 23.5 %); the DEP read alone better on the 808 closed-form rows (`dep15`: 8.0 / 26.1 / 164.6
+# -> 7.8 / 22.2 / 118.0 %, median / p90 / max), so it is on.
 PACKED_PARAM_COUNT = False  # count NVFP4 weights as the checkpoint stores them (bench_param_count)
-READ_STATED_ATTENTION_DP = False  # v1.0 MoE rows as DEP (stated_attention_dp)
+READ_STATED_ATTENTION_DP = True  # v1.0 MoE rows as DEP (stated_attention_dp)
 
 
 def _bytes_per_value(dtype: str) -> float:
@@ -93,7 +93,7 @@ def stated_attention_dp(row: PublishedRow) -> bool:
     table gives only ``TPn`` (TensorRT-LLM v1.0's MoE rows: the perf overview's MoE command is
     ``--tp $tp_size --ep $ep_size`` with ``enable_attention_dp: true`` in its ``llm_options.yml``,
     printed inside ``cuda_graph_config``; ``published.md``). Read as DEP: attention data-parallel
-    over the TP group, experts across it. Needs more than one GPU in the group; False while
+    over the TP group, experts across it. Needs more than one GPU in the group; False when
     ``READ_STATED_ATTENTION_DP`` is off."""
     stated = row.settings.get("enable_attention_dp", "").startswith("true")
     bench = row.settings.get("harness") == "trtllm-bench throughput"
