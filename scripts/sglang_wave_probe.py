@@ -16,6 +16,8 @@ its outcome on the simulated scheduler:
 - ``--intake-stream-s T``: the intake slowed by the streams it shares its process with
   (``FrontEnd.intake_stream_s``, seconds a streamed token; ``engine/stream_intake.py``, one
   replica only): with decodes inside the wave, the feedback the brief names.
+- ``--pool-scale F``: the KV pool F times as many blocks (every run; the admission, retraction
+  and decode stalls a smaller pool gives).
 - ``--token-s T``: the output stream's cost a token (``FrontEnd.per_token_s``, committed 25 us;
   the pass after the engine, ``engine/frontend.py``).
 
@@ -78,6 +80,19 @@ def force_decodes(every: int) -> None:
     sglang.SglangScheduler.schedule = schedule  # type: ignore[method-assign]
 
 
+def scale_pool(scale: float) -> None:
+    """Wrap ``published_runs.memory_plan``: the replica's KV pool ``scale`` times as many blocks
+    (the weights and the budget as modelled)."""
+    build = published_runs.memory_plan
+
+    def plan(setup: Any) -> Any:
+        built = build(setup)
+        stages = tuple(replace(st, kv_bytes=st.kv_bytes * scale) for st in built.stages)
+        return replace(built, stages=stages, num_blocks=max(1, int(built.num_blocks * scale)))
+
+    published_runs.memory_plan = plan  # type: ignore[assignment]
+
+
 def sglang_runs() -> list[list[PublishedRow]]:
     rows = [r for r in bundled_published() if r.engine == "sglang" and skip_reason(r) is None]
     return list(published_runs.group_runs(rows).values())
@@ -98,12 +113,17 @@ def main() -> int:
         "--intake-stream-s", type=float, default=0.0, help="intake_stream_s (s a streamed token)"
     )
     parser.add_argument("--token-s", type=float, default=None, help="SGLang's per_token_s")
+    parser.add_argument("--pool-scale", type=float, default=1.0, help="KV pool x F (a probe)")
     parser.add_argument("--sharegpt-only", action="store_true")
     args = parser.parse_args()
     if args.decode_every < 0:
         parser.error("--decode-every must be >= 0")
     if args.decode_every:
         force_decodes(args.decode_every)
+    if not 0 < args.pool_scale <= 1:
+        parser.error("--pool-scale must lie in (0, 1]")
+    if args.pool_scale != 1.0:
+        scale_pool(args.pool_scale)
     errors: dict[str, list[float]] = {}
     print("run | signed %: " + " ".join(SHOWN))
     for run in sglang_runs():
