@@ -180,3 +180,22 @@ def test_chains_from_random_states_by_block_size(
     case = replace(TAIL, num_requests=25, **change)  # type: ignore[arg-type]
     compared, long_chains = _run_compared(case, monkeypatch)
     assert compared > 5 and long_chains > 2
+
+
+@pure_only
+def test_chains_whose_steps_pop_several_victims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One-token prompts over two spare blocks: the decoders cross their blocks together, so a
+    preemption step pops several victims at once (the one-frame loop's victim scan, which a
+    one-victim run never tests past its first pop)."""
+    popped: list[int] = []
+    reference = chain_module._Chain._preempt_victims
+
+    def counted(chain):  # type: ignore[no-untyped-def]
+        before = len(chain.victim_ids)
+        reference(chain)
+        popped.append(len(chain.victim_ids) - before)
+
+    monkeypatch.setattr(chain_module._Chain, "_preempt_victims", counted)
+    compared, long_chains = _run_compared(replace(TAIL, max_input=1, spare_blocks=2), monkeypatch)
+    assert compared > 5 and long_chains > 2
+    assert max(popped) >= 2 and sum(n >= 2 for n in popped) > 5
