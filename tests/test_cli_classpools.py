@@ -64,6 +64,19 @@ def test_pools_json_and_what_stays_the_same(capsys: pytest.CaptureFixture[str]) 
     assert again == split
 
 
+def test_one_pool_is_the_shared_pool_behind_a_tokenizer_stage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SGLang's front end delays each request at its tokenizer stage (6 ms a request): the pools
+    pass through it as the run without pools does, and go back on the client's clock."""
+    plain = _json(capsys, "--engine", "sglang", "--router", "least_outstanding")
+    shared = _json(
+        capsys, "--engine", "sglang", "--router", "least_outstanding", "--pools", "all=4"
+    )
+    shared.pop("class_pools")
+    assert shared == plain
+
+
 def test_console_section(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(
         capsys, *BASE, "--pools", "reasoning=1,chat=3", "--repartition", "queue:2"

@@ -17,7 +17,7 @@ from inferplan.cluster.classpools import MAX_INTERVAL_S, class_pools
 from inferplan.engine.frontend import FrontEnd, seen_result
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.simulator import SimulationResult
-from inferplan.engine.tokenizer_stage import at_client_times, tokenizer_delays
+from inferplan.engine.tokenizer_stage import at_client_times, tokenized
 from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.protocol import StepTimeModel
@@ -97,9 +97,10 @@ def pooled_run(
     on_progress: Callable[[int], None] | None,
     frontend: FrontEnd | None = None,
 ) -> tuple[SimulationResult, dict[str, Any]]:
-    """The run on ``--pools``' class pools, and ``{"class_pools": its JSON section}`` as the
-    client sees it behind ``frontend`` (``engine/frontend.py``; the run itself is returned as
-    the engine ran it)."""
+    """The run on ``--pools``' class pools behind ``frontend``'s tokenizer stage, on the
+    client's clock (as ``simulate_tokenized`` runs the shared pool; the stream gate, one replica
+    only, does not apply to pools), and ``{"class_pools": its JSON section}`` as the client sees
+    it through ``frontend`` (``engine/frontend.py``)."""
     assert flags.pools is not None
     spec = class_pools(
         flags.pools,
@@ -112,8 +113,7 @@ def pooled_run(
     cfg = simulation_config(plan, options)
     fe = frontend or FrontEnd()
     # Behind the front end's tokenizer stage, as the run without pools (``simulate_tokenized``).
-    delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
-    delayed = replace(workload, arrival_s=workload.arrival_s + delays)
+    delayed, delays = tokenized(workload, fe, options)
     pooled = simulate_class_pools(delayed, cfg, model, spec, on_progress)
     pooled = replace(pooled, result=at_client_times(pooled.result, delays))
     seen, _ = seen_result(pooled.result, fe, options.data_parallel_size)

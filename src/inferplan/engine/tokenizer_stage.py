@@ -105,12 +105,21 @@ def simulate_tokenized(
     """``session.simulate`` with the requests passing the tokenizer stage of ``fe`` first (one
     per replica), the records on the client's clock; where the intake shares its process with
     the output streams (``FrontEnd.intake_stream_s``), through ``stream_intake.py``'s gate."""
-    delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
+    delayed, delays = tokenized(workload, fe, options)
     if not np.any(delays > 0):
         return simulate(plan, model, workload, options, on_progress)
     if fe.intake_stream_s > 0 and applies(options):  # the streams slow the intake
         work = fe.per_request_s + fe.per_input_token_s * workload.input_tokens
         cost = np.array(np.broadcast_to(work, delays.shape), dtype=np.float64)
         return simulate_gated(plan, model, workload, options, cost, fe.intake_stream_s)
-    delayed = replace(workload, arrival_s=workload.arrival_s + delays)
     return at_client_times(simulate(plan, model, delayed, options, on_progress), delays)
+
+
+def tokenized(
+    workload: Workload, fe: FrontEnd, options: ServingOptions
+) -> tuple[Workload, FloatArray]:
+    """``workload`` as it reaches the engine behind ``fe``'s tokenizer stage (one per replica),
+    and each request's delay (``at_client_times`` puts a run of it back on the client's clock).
+    The stream gate (``FrontEnd.intake_stream_s``) is not in it: ``simulate_tokenized`` only."""
+    delays = tokenizer_delays(workload, fe, options.data_parallel_size, options.max_concurrency)
+    return replace(workload, arrival_s=workload.arrival_s + delays), delays
