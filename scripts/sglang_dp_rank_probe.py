@@ -58,7 +58,7 @@ def main() -> int:
     def per_rank(plan: MemoryPlan) -> PoolLayout:
         layout = pooled(plan)
         ranks = plan.parallelism.attention_dp
-        whole = request_tokens // plan.config.block_size  # blocks of one request
+        whole = -(-request_tokens // plan.config.block_size)  # blocks of one request
         rank_blocks = layout.num_blocks // ranks // whole * whole
         print(f"per-rank blocks {layout.num_blocks // ranks} -> {rank_blocks}", file=sys.stderr)
         return dataclasses.replace(layout, num_blocks=rank_blocks * ranks)

@@ -129,6 +129,8 @@ def tail() -> None:
     for run in sharegpt_runs():
         first = run[0]
         measured = {row.metric: row.value for row in run}
+        if "output_throughput" not in measured or "ttft_p99" not in measured:
+            continue  # the measured pace needs the run's throughput and its wave's end
         result = published_runs.simulate_run(run, None, False)
         rec = result.records
         last = int(np.argmax(rec.finish_s))
@@ -177,6 +179,9 @@ def main() -> int:
     parser.add_argument("--intake-s", type=float, default=None, help="SGLang's per_request_s")
     parser.add_argument("--intake-stream-s", type=float, default=0.0, help="intake_stream_s")
     args = parser.parse_args()
+    changed = args.prefill_scale != 1.0 or args.intake_s is not None or args.intake_stream_s
+    if (args.peaks or args.tail) and changed:
+        parser.error("--peaks and --tail run the committed model: no --prefill-scale/--intake-s")
     if args.peaks:
         peaks()
         return 0

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -12,16 +9,11 @@ import pytest
 from inferplan.perf.batch import StepBatch, StepTime
 from inferplan.plan.published import bundled_published
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sglang_sharegpt_probes.py"
+from .fit_script import load_script
 
 
 def probes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sglang_sharegpt_probes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sglang_sharegpt_probes"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sglang_sharegpt_probes")
 
 
 class Fixed:
