@@ -4,10 +4,12 @@ where vLLM's hybrid manager frees what falls out of the window."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, pool_layout
-from inferplan.memory.plan import MemoryPlan
+from inferplan.memory.plan import MemoryPlan, sequence_bytes
 from inferplan.memory.sglang_pool import sglang_full_pool
 
 
@@ -64,3 +66,25 @@ def test_every_windowed_model_gets_it_and_a_windowless_one_keeps_its_pool() -> N
     assert sglang_full_pool(llama) is None
     sglang = simulation_config(llama, ServingOptions(engine="sglang")).scheduler
     assert (sglang.kv_groups, sglang.num_blocks) == (FULL_ATTENTION, pool_layout(llama).num_blocks)
+
+
+def test_the_memory_plan_counts_sequences_in_sglangs_pool() -> None:
+    """``inferplan memory --engine sglang`` counts the sequences the simulator's pool holds (a
+    4,096-token one takes 4,096 of its tokens), and says it does not fit where no sequence of
+    the default 131,072 tokens does; under another engine's rule the 18 windowed layers of a
+    sequence hold their window (128 tokens) and the block being filled, at block size 1."""
+    args = ("gpt-oss-120b", "h100", 1, 1, False, None, "auto", None, 0.9, None, None, None)
+    sglang = build_memory_plan(*args, "sglang")  # type: ignore[arg-type]
+    full = sglang_full_pool(sglang)
+    assert full is not None
+    tokens = full.num_blocks * sglang.config.block_size
+    for context, seqs in sglang.max_concurrent_seqs.items():
+        assert seqs == tokens // context, context
+    assert tokens < 131_072 and not sglang.fits
+    # the same stage under another engine's rule: the windowed layers hold 128 + 1 tokens
+    stage, kv, par = sglang.worst_stage, sglang.kv_format, sglang.parallelism
+    hybrid = replace(sglang.config, mem_fraction_static=None)
+    at_full = sequence_bytes(stage, 4096, sglang.spec, par, sglang.config, kv)
+    windowed = sequence_bytes(stage, 4096, sglang.spec, par, hybrid, kv)
+    assert at_full == 73_728 * 4096
+    assert windowed == 73_728 / 2 * (4096 + 129)

@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from inferplan.errors import InferplanError
-from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
-from inferplan.specs.dtypes import weight_format
+from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory, sequence_bytes
 from inferplan.specs.hardware import GIB, GpuSpec, bundled_gpus
-from inferplan.specs.kv import sequence_kv_bytes
 from inferplan.specs.parallel import Parallelism
 
 
@@ -46,17 +44,8 @@ def shortfall(plan: MemoryPlan) -> str:
         return _no_kv_left(
             plan, stage.weights.total_bytes, stage.activation_bytes, stage.reserve_bytes
         )
-    per_seq = max(
-        sequence_kv_bytes(
-            s.layers,
-            plan.max_model_len,
-            plan.kv_format,
-            weight_format(plan.spec.dtype).bytes_per_value,
-            tp=plan.parallelism.tp,
-            block_tokens=plan.config.block_size,
-        )
-        for s in plan.stages
-    )
+    context, spec, par, cfg = plan.max_model_len, plan.spec, plan.parallelism, plan.config
+    per_seq = max(sequence_bytes(s, context, spec, par, cfg, plan.kv_format) for s in plan.stages)
     return (
         f"one sequence of --max-model-len {plan.max_model_len} needs {per_seq / GIB:.1f} GiB of "
         f"KV cache per device, {(per_seq - stage.kv_bytes) / GIB:.1f} GiB more than the "

@@ -31,7 +31,7 @@ plus the index key's, and the pool holds correspondingly fewer tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplan.errors import InferplanError
 from inferplan.memory.weights import DeviceWeights, WeightFormats, stage_weights
@@ -247,6 +247,32 @@ def _stage_plans(
     return tuple(plans)
 
 
+def sequence_bytes(
+    stage: StagePlan,
+    context: int,
+    spec: ModelSpec,
+    par: Parallelism,
+    cfg: MemoryConfig,
+    kv: NumberFormat,
+) -> float:
+    """KV bytes one sequence of ``context`` tokens holds on one device of ``stage``, in whole
+    blocks, its indexer keys included. Under SGLang's rule (``mem_fraction_static`` set) a
+    windowed layer keeps every token, as SGLang's one token-to-KV pool does
+    (``memory/sglang_pool.py``, the pool the simulator runs)."""
+    layers = stage.layers
+    if cfg.mem_fraction_static is not None:
+        layers = tuple((replace(att, window_tokens=None), n) for att, n in layers)
+    per_seq = sequence_kv_bytes(
+        layers,
+        context,
+        kv,
+        weight_format(spec.dtype).bytes_per_value,
+        tp=par.tp,
+        block_tokens=cfg.block_size,
+    )
+    return per_seq + index_key_bytes_per_token(layers) * _whole_block_tokens(context, cfg)
+
+
 def _max_concurrency(
     stages: tuple[StagePlan, ...],
     spec: ModelSpec,
@@ -255,26 +281,17 @@ def _max_concurrency(
     kv: NumberFormat,
     contexts: list[int],
 ) -> dict[int, int]:
-    state_bytes = weight_format(spec.dtype).bytes_per_value
     out = {}
     for context in contexts:
         seqs = []
         for stage in stages:
-            per_seq = sequence_kv_bytes(
-                stage.layers,
-                context,
-                kv,
-                state_bytes,
-                tp=par.tp,
-                block_tokens=cfg.block_size,
-            )
-            per_seq += index_key_bytes_per_token(stage.layers) * _whole_blocks(context, cfg)
+            per_seq = sequence_bytes(stage, context, spec, par, cfg, kv)
             seqs.append(int(max(stage.kv_bytes, 0) // per_seq) if per_seq else cfg.max_num_seqs)
         out[context] = min(seqs)
     return out
 
 
-def _whole_blocks(tokens: int, cfg: MemoryConfig) -> int:
+def _whole_block_tokens(tokens: int, cfg: MemoryConfig) -> int:
     return -(-tokens // cfg.block_size) * cfg.block_size
 
 
