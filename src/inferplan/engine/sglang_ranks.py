@@ -99,8 +99,13 @@ class SglangRankedScheduler(SglangScheduler):
     def _rows(self, rank: int) -> np.ndarray:
         return np.flatnonzero(self.rank_of[self.running.ids] == rank)
 
-    def _queue(self, rank: int) -> list[int]:
-        return [rid for rid in self.waiting.in_order() if self.rank_of[rid] == rank]
+    def _queues(self) -> list[list[int]]:
+        """Each rank's waiting requests, in queue order."""
+        queues: list[list[int]] = [[] for _ in range(self.num_ranks)]
+        ids = self.waiting.in_order()
+        for rid, rank in zip(ids, self.rank_of[ids].tolist(), strict=True):
+            queues[rank].append(rid)
+        return queues
 
     def _free(self, rows: np.ndarray) -> int:
         """The rank's free blocks: its share less what its running rows hold."""
@@ -121,8 +126,8 @@ class SglangRankedScheduler(SglangScheduler):
         self._dispatch()
         sched: dict[int, int] = {}
         admitted: list[int] = []
-        for rank in range(self.num_ranks):
-            self._schedule_rank(rank, now, sched, admitted)
+        for rank, queue in enumerate(self._queues()):
+            self._schedule_rank(rank, queue, now, sched, admitted)
         if admitted:  # off the queue, in admission order
             rest = [rid for rid in self.waiting.in_order() if rid not in set(admitted)]
             self.waiting.reorder(admitted + rest)
@@ -140,11 +145,11 @@ class SglangRankedScheduler(SglangScheduler):
         return StepDecision(decision, swap_s=extra_s, preempted=any(self.retracted_ranks))
 
     def _schedule_rank(
-        self, rank: int, now: float, sched: dict[int, int], admitted: list[int]
+        self, rank: int, queue: list[int], now: float, sched: dict[int, int], admitted: list[int]
     ) -> None:
-        """One rank's ``SglangScheduler.schedule``: its prefill if one forms, else its decode."""
+        """One rank's ``SglangScheduler.schedule``: its prefill if one forms, else its decode
+        (``queue``: its waiting requests; another rank's retraction does not touch them)."""
         rows = self._rows(rank)
-        queue = self._queue(rank)
         if not len(rows) and self.queue_empty[rank]:  # idle since the last step: reset
             self.ratio_bases[rank], self.ratio_steps_of[rank] = self.ratio_init, 0
         self.queue_empty[rank] = not queue
@@ -292,7 +297,7 @@ class SglangRankedScheduler(SglangScheduler):
         model = self.step_model
         if model is None:
             return 0.0
-        batches = [self._rank_batch(decision, rank) for rank in range(self.num_ranks)]
+        batches = self._rank_batches(decision)
         heavy = max(
             batches,
             key=lambda b: (b.num_tokens, b.decode_context_tokens, b.prefill_attention_pairs),
@@ -306,23 +311,22 @@ class SglangRankedScheduler(SglangScheduler):
         lockstep = at_heavy.total_s - at_heavy.by_operator_s.get("experts", 0.0) + experts
         return max(lockstep - at_union.total_s, 0.0)
 
-    def _rank_batch(self, decision: np.ndarray, rank: int) -> StepBatch:
-        """``Replica._batch`` of the rank's rows."""
-        run = self.running
-        mine = self.rank_of[run.ids] == rank
-        sched, computed = decision[mine], run.num_computed[mine]
-        decode = (sched == 1) & (computed > 0)
-        prefill = (sched > 0) & ~decode
-        q, o = sched[prefill], computed[prefill]
-        num_decode = int(decode.sum())
-        return StepBatch(
-            prefill_tokens=int(q.sum()),
-            prefill_attention_pairs=float((q * o + q * (q + 1) / 2).sum()),
-            prefill_context_tokens=int(o.sum()),
-            num_prefill_seqs=len(q),
-            num_decode_seqs=num_decode,
-            decode_context_tokens=int(computed[decode].sum()) + num_decode,
-        )
+    def _rank_batches(self, decision: np.ndarray) -> list[StepBatch]:
+        """``Replica._batch`` of each rank's rows."""
+        run, ranks = self.running, self.num_ranks
+        rank = self.rank_of[run.ids]
+        computed = run.num_computed
+        decode = (decision == 1) & (computed > 0)
+        prefill = (decision > 0) & ~decode
+        q, o = decision * prefill, computed * prefill
+        sums = [
+            np.bincount(rank, weights=w, minlength=ranks).tolist()
+            for w in (q, q * o + q * (q + 1) / 2, o, prefill, decode, (computed + 1) * decode)
+        ]
+        return [
+            StepBatch(int(a), float(b), int(c), int(d), int(e), int(f))
+            for a, b, c, d, e, f in zip(*sums, strict=True)
+        ]
 
     # ---- the replica's hooks ------------------------------------------------------------------
 
@@ -341,7 +345,7 @@ class SglangRankedScheduler(SglangScheduler):
         """A step with nothing to run while requests wait: a rank's queue head that its empty
         pool cannot take would wait forever; SGLang refuses such a request."""
         for rank in range(self.num_ranks):
-            rows, queue = self._rows(rank), self._queue(rank)
+            rows, queue = self._rows(rank), self._queues()[rank]
             if len(rows) or not queue:
                 continue
             rid = queue[0]
