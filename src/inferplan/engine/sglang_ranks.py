@@ -331,11 +331,14 @@ class SglangRankedScheduler(SglangScheduler):
     # ---- the replica's hooks ------------------------------------------------------------------
 
     def note_steps(self, num_steps: int, *, prefill_only: bool = False) -> None:
-        """Each rank that decoded this step (and did not retract) decays its ratio."""
-        for rank in range(self.num_ranks):
+        """Each rank that decoded this step (and did not retract) decays its ratio; whether its
+        queue is empty after the step (the next step's idle reset reads it, as the pooled
+        ``SglangScheduler.note_steps`` keeps ``queue_was_empty``)."""
+        for rank, queue in enumerate(self._queues()):
             if self.decoded_ranks[rank] and not self.retracted_ranks[rank]:
                 self.ratio_steps_of[rank] += num_steps
             self.retracted_ranks[rank] = False
+            self.queue_empty[rank] = not queue
         self.scheduled = False
 
     def head_can_join(self) -> bool:
