@@ -153,6 +153,7 @@ class Replica:
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )
+        self.scheduler.step_model = model  # SGLang's DP-attention ranks time their own batches
         self.stretches = DecodeStretches(self)  # reads the scheduler's class
         self.offload = None if cfg.kv_tiers is None else KvOffload(cfg.kv_tiers, self)
         self.scheduler.offload = self.offload

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from inferplan.engine.offload import KvOffload
     from inferplan.engine.replica import SchedulerConfig
     from inferplan.engine.speculation import SpecDecode
+    from inferplan.perf.protocol import StepTimeModel
 
 IntArray = npt.NDArray[np.int64]
 Swapped = deque[tuple[int, int, int, int]]  # id, computed, tokens, held blocks
@@ -95,6 +96,7 @@ class Scheduler:
     admission: Admission | None = None  # ``--admission`` policies (``engine/admission.py``)
     pops_last_admitted: ClassVar[bool] = True  # preemption victims: the last admitted
     offload: KvOffload | None = None  # KV tiers (``engine/offload.py``), set by the replica
+    step_model: StepTimeModel | None = None  # the replica's step-time model, set by the replica
     # Speculative decoding (``engine/speculation.py``), set by the replica: a decoding row is
     # scheduled for its ``k`` drafts too, and a running row's blocks cover ``k`` lookahead slots.
     spec: SpecDecode | None = None

@@ -14,6 +14,7 @@ from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.apart import auto_workers, run_apart
 from inferplan.engine.replica import SchedulerConfig
 from inferplan.engine.schedulers import SCHEDULERS as SCHEDULER_KINDS
+from inferplan.engine.sglang_ranks import ranked_scheduler
 from inferplan.engine.simsetup import arrival_rejections
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.engine.speculation import SimSpeculation
@@ -248,9 +249,10 @@ SGLANG_DP_ATTENTION_CONSERVATIVENESS = 0.3
 
 
 def sglang_dp_attention(chunk: int, conservativeness: float | None) -> tuple[int, float]:
-    """SGLang's pooled prefill budget and conservativeness with DP attention on: each rank gets
-    ``chunk // dp`` tokens, so the ranks together take ``chunk`` (the scheduler pools them), and
-    the new-token ratio starts at 0.3 of its scale."""
+    """SGLang's prefill budget and conservativeness with DP attention on: each rank gets
+    ``chunk // dp`` tokens, so the ranks together take ``chunk`` (the replica's config holds the
+    ranks' totals; ``sglang_ranks.py`` gives each rank its share), and the new-token ratio
+    starts at 0.3 of its scale."""
     return chunk, (conservativeness or 1.0) * SGLANG_DP_ATTENTION_CONSERVATIVENESS
 
 
@@ -284,15 +286,18 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
             "SGLang's separate state pool is not emulated: use --engine vllm"
         )
     budget, conservativeness = cfg.max_num_batched_tokens * dpa, options.schedule_conservativeness
+    kind, exact = _replica_scheduler(options), options.exact
     if options.engine == "sglang" and dpa > 1:
         budget, conservativeness = sglang_dp_attention(cfg.max_num_batched_tokens, conservativeness)
+        # Each rank schedules on its own (``sglang_ranks.py``), one step at a time.
+        kind, exact = ranked_scheduler(dpa), True
     scheduler = SchedulerConfig(
         max_num_batched_tokens=budget,
         max_num_seqs=cfg.max_num_seqs * dpa,
         block_size=cfg.block_size,
         num_blocks=layout.num_blocks,
         preemption_mode=options.preemption_mode,
-        scheduler=_replica_scheduler(options),
+        scheduler=kind,
         kv_block_bytes=layout.block_bytes,
         host_link_bytes_s=host_link,
         num_scheduler_steps=options.num_scheduler_steps,
@@ -308,7 +313,7 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
         router=options.router,
         scheduling_policy=options.scheduling_policy,
         max_concurrency=options.max_concurrency,
-        exact=options.exact,
+        exact=exact,
         admission=options.admission,
         speculative=options.speculative,
     )
