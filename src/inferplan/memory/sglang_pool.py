@@ -28,7 +28,9 @@ from inferplan.specs.kv import kv_values_per_token
 def sglang_full_pool(plan: MemoryPlan) -> PoolLayout | None:
     """SGLang's pool of ``plan``'s replica, windowed layers at full length (a one-group layout,
     a block holding ``block_size`` tokens of every layer), or None where the model has no
-    windowed layer (its shared layout stands)."""
+    windowed layer (its shared layout stands). As ``pool_layout``, the pool holds the stage's
+    paged bytes (less its indexer keys); a per-sequence linear state has no place in it (SGLang
+    keeps it in a pool of its own, which ``simulation_config`` refuses)."""
     if all(g.attention.window_tokens is None for g in plan.spec.layers):
         return None
     block_size, tp = plan.config.block_size, plan.parallelism.tp
@@ -38,7 +40,7 @@ def sglang_full_pool(plan: MemoryPlan) -> PoolLayout | None:
         if not values:
             continue
         block_bytes = values * plan.kv_format.bytes_per_value * block_size
-        blocks = int(max(stage.kv_bytes, 0) // block_bytes)
+        blocks = int(max(stage.paged_kv_bytes, 0) // block_bytes)  # less any index keys
         if best is None or blocks < best[0]:
             best = (blocks, block_bytes)
     if best is None:
