@@ -195,7 +195,7 @@ def _cycles_in_time(
         return 0
     durations = _step_seconds(c, [segment])
     segment.durations = durations
-    times = np.cumsum(np.concatenate(([c.now], durations)))
+    times = np.add.accumulate(np.concatenate(([c.now], durations)))  # ``np.cumsum``
     last_start = times[length - 1 : segment.k * length : length]
     ok = next_arrival_s > last_start + same_time_s(last_start)
     return segment.k if bool(ok.all()) else int(ok.argmin())
@@ -221,7 +221,7 @@ def _write(c: _Cycles, segments: list[_Segment], held_init: int, crossings: _Cro
     times = np.empty(steps + 1)  # the clock: ``now``, then each step added in order
     times[0] = c.now
     times[1:] = durations
-    np.cumsum(times, out=times)
+    np.add.accumulate(times, out=times)  # ``np.cumsum``
     c.r.trace.record_many(times[:-1], used)
     c.now = float(times[-1])
     c.durations.append(durations)

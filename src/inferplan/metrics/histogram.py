@@ -126,7 +126,7 @@ def bins_within(
         return bins_of(grid, durations_s)
     edges = grid.edges_list
     low, high = bisect_right(edges, low_s), bisect_right(edges, high_s)
-    bins: npt.NDArray[np.intp] = np.searchsorted(grid.edges[low:high], durations_s, side="right")
+    bins: npt.NDArray[np.intp] = grid.edges[low:high].searchsorted(durations_s, side="right")
     bins += low
     return bins
 
@@ -376,13 +376,13 @@ class ItlHistogram:
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
             return None
-        low_s = float(values.min())
+        low_s = float(np.minimum.reduce(values))  # ``values.min()``
         if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
-        high_s = float(values.max())
+        high_s = float(np.maximum.reduce(values))
         # ``values.mean()``: numpy's own sum (pairwise) over the count, the same division
         mean_s = float(np.add.reduce(values)) / values.size
-        m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
+        m2_s2 = float(np.add.reduce((values - mean_s) ** 2)) * weight
         update = (
             MANY,
             low_s,
