@@ -117,11 +117,9 @@ SEARCHED_BINS = 4096  # durations below which ``bins_within`` searches (more: ``
 def bins_within(
     grid: BinGrid, durations_s: npt.NDArray[np.float64], low_s: float, high_s: float
 ) -> npt.NDArray[np.intp]:
-    """``bins_of`` of durations whose least and greatest are ``low_s`` and ``high_s``: below
-    ``SEARCHED_BINS`` of them, ``np.searchsorted`` over the edges between those two only (an
-    edge at or below ``low_s`` is at or below every duration, one above ``high_s`` above every
-    one: each count is the window's plus the edges below it), a handful of calls where
-    ``bins_of`` makes some twenty."""
+    """``bins_of`` of durations whose extremes are ``low_s`` and ``high_s``: below
+    ``SEARCHED_BINS`` of them, a search of the edges between the extremes' bins only (each
+    count: the window's plus the edges below it), three calls where ``bins_of`` makes twenty."""
     if len(durations_s) >= SEARCHED_BINS:
         return bins_of(grid, durations_s)
     edges = grid.edges_list
