@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.stepshape import step_shape
 
 if TYPE_CHECKING:
@@ -63,9 +64,12 @@ def chunk_step(r: Replica) -> bool:
     decode_context = rows.computed_sum + last * (lag + 1)
     chunks = [chunk]
     appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
-    run.appended = appended
-    scheduler.admit_waiting(budget - last - chunk, chunks, r.now)
-    run.appended = None
+    if budget - last - chunk > 0 or type(r.waiting) is not WaitingQueue:
+        run.appended = appended
+        scheduler.admit_waiting(budget - last - chunk, chunks, r.now)
+        run.appended = None
+    else:  # ``admit_waiting`` with no budget left: it only drops ``step_fit`` (``age``: none)
+        scheduler.step_fit = None
     hits = [computed] + [stored[_COMPUTED] + lag for stored in appended]
     duration = r.step_s.seconds(*step_shape(last, decode_context, chunks, hits))
     r.trace.record(r.now, pool.num_blocks - pool.free_blocks)
@@ -197,6 +201,8 @@ def emit_rows(
     rows.decode(1, rows.hist[-lag % rows.block] if last else 0, last)
     if last:
         rows.itl_mark(duration)  # the decoders' one-step gap
+    if len(after) == 1 and _emit_prefilling(r, last, after[0], duration, lag):
+        return
     # Stored columns after the step (the new lag), whether each row emitted, and its gap
     # where it emitted before.
     max_itl_s, first_token_s = r.records.max_itl_s, r.records.first_token_s
@@ -249,6 +255,34 @@ def emit_rows(
     if rows.known_rows and rows.fewest_known_left() <= 0:
         r.finish(rows.finished_rows())
     r.chunk_mark = (r.num_steps, now, run._size)
+
+
+def _emit_prefilling(
+    r: Replica, last: int, after: tuple[int, int, int, int], duration: float, lag: int
+) -> bool:
+    """``emit_rows``' rest where its one row after the decoders prefills on (a chunk run's
+    usual step): the same writes in the same order, without the loop over rows (``lag``: the
+    rows' lag before the step's decode). False, having done nothing, where that row emits."""
+    run, rows = r.running, r.running.rows
+    flat, capacity = run._flat, run._capacity
+    row, done, emitted_before, chunk = after
+    tokens = flat[_TOKENS * capacity + row] + lag
+    if done + chunk >= tokens:
+        return False
+    flat[_COMPUTED * capacity + row] += chunk - 1
+    flat[_TOKENS * capacity + row] -= 1
+    flat[_GENERATED * capacity + row] -= 1
+    still_decodes = done + chunk + 1 == tokens and emitted_before != 0
+    now = r.now
+    if last:
+        r.itl.add(duration, float(last))
+    rows.itl_restart(last)
+    rows.emitted_first(now, row)
+    r._decoding = None if still_decodes else False
+    if rows.known_rows and rows.fewest_known_left() <= 0:
+        r.finish(rows.finished_rows())
+    r.chunk_mark = (r.num_steps, now, run._size)
+    return True
 
 
 def column_finish(r: Replica, last: int, chunks: list[int], duration: float) -> None:

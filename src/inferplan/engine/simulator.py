@@ -27,6 +27,7 @@ import numpy as np
 
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
+from inferplan.engine.chunk_run import step_then_chunks
 from inferplan.engine.implicit_step import joined_admission_step
 from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
@@ -366,7 +367,7 @@ class Simulation:
             # beside the decoders (``joined_admission_step``: ``Replica.step``'s own, at once).
             if joined_admission_step(replica) or self._doomed_cycles(replica, next_arrival_s):
                 return
-            replica.step()
+            step_then_chunks(replica, self._intake)  # ``Replica.step``, and chunk steps after
             return
         if self.own_arrivals is not None:  # arrivals routed elsewhere cannot change this batch
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)

@@ -28,6 +28,7 @@ roofline step-time model.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,21 +41,41 @@ from inferplan.perf.bounded_cache import keep
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
+# ``ndarray.sum``, ``min`` and ``max`` without their Python wrappers: the same reductions.
+_sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
+
 
 def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     """Run the doomed-head cycles the replica is in, each whole, all of them starting before
     the next arrival is seen (a step starting within ``same_time_s`` of it sees it) and ending
     before any decoder finishes. False, having done nothing, if not one cycle can run."""
+    key = _state_key(replica, next_arrival_s)
+    ended = _ENDED[0]
+    if ended is not None and ended[0]() is replica and ended[1] == key:
+        return False  # a pass ended here: the cycle that ended it cannot run now either
     if not _applies(replica):
         return False
     from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
 
     cycles = _Cycles(replica)
     take_cycles(cycles, next_arrival_s, same_time_s)
-    if cycles.num_steps == 0:
-        return False
-    cycles.commit()
-    return True
+    if cycles.num_steps:
+        cycles.commit()
+    _ENDED[0] = (weakref.ref(replica), _state_key(replica, next_arrival_s))
+    return cycles.num_steps > 0
+
+
+# The replica and state where the last pass ended (``_state_key``). A pass ends where its next
+# cycle is not one (``_Cycles._plan``) or does not start in time for the arrival; asked again
+# in the same state (the loop's next pass, the arrival not yet due) it takes no cycle and
+# changes nothing (the lines of that cycle were made by the pass: the same are found), so the
+# answer is known without the pass. Its steps and clock, the queue and pool, and the arrival
+# bound: nothing else changes the state between two passes of the loop at one replica.
+_ENDED: list[tuple[weakref.ref[Replica], tuple[int, float, float, int, int, int]] | None] = [None]
+
+
+def _state_key(r: Replica, next_arrival_s: float) -> tuple[int, float, float, int, int, int]:
+    return (r.num_steps, r.now, next_arrival_s, r.pool.free_blocks, len(r.waiting), r.running._size)
 
 
 def _applies(r: Replica) -> bool:
@@ -76,7 +97,8 @@ def _applies(r: Replica) -> bool:
     _, tokens = r.waiting.peek()
     if tokens <= cfg.max_num_batched_tokens - n or not r.is_decoding():
         return False
-    return bool(run.last_token_s.min() == r.now) and bool(run.last_token_s.max() == r.now)
+    times = run.last_token_s  # ``min`` and ``max`` as their ufuncs (the same reductions)
+    return bool(_min(times) == r.now) and bool(_max(times) == r.now)
 
 
 # A line per head chunk ``j`` for a model, ``n`` decoders and a chunk: ``(a, b, limit,
@@ -107,15 +129,15 @@ class _Cycles:
         self.r, self.n, self.block = r, len(run), cfg.block_size
         self.head, self.tokens = r.waiting.peek()
         self.chunk = cfg.max_num_batched_tokens - self.n
-        self.held = int(run.held_blocks.sum())
+        self.held = int(_sum(run.held_blocks))
         self.usable = r.pool.free + self.held  # the decoders' blocks and the free pool
         # Rows by offset in their last block: the row crosses into a new block at step ``s``
         # when ``(computed + s) % block == 0``.
         by_offset = np.bincount(run.num_computed % self.block, minlength=self.block)
         self.by_offset = by_offset.tolist()
         self.by_offset_array = by_offset
-        self.context = int(run.num_computed.sum()) + self.n  # decode context at step 0
-        self.steps_left = int((run.target - run.num_generated).min())  # to the first finish
+        self.context = int(_sum(run.num_computed)) + self.n  # decode context at step 0
+        self.steps_left = int(_min(run.target - run.num_generated))  # to the first finish
         self.now, self.num_steps = r.now, 0
         # Every step's time, in order, as the runs and cycles gave them (``all_durations``).
         self.durations: list[np.ndarray] = []
@@ -176,7 +198,7 @@ class _Cycles:
         """Cumulative blocks the decoders take over steps ``s .. s + steps - 1`` (each entry:
         the blocks from step ``s`` up to and including that step)."""
         t = np.arange(s, s + steps)
-        return np.cumsum(self.by_offset_array[-t % self.block])
+        return np.add.accumulate(self.by_offset_array[-t % self.block])  # ``np.cumsum``
 
     def all_durations(self) -> np.ndarray:
         """Every step's seconds, in order."""
@@ -195,7 +217,7 @@ class _Cycles:
         run.last_token_s[:] = self.now
         ids = run.ids
         durations = self.all_durations()
-        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], durations.max())
+        rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], _max(durations))
         r.itl.add_many(durations, float(self.n))  # every decoder, every step
         rec.num_preemptions[self.head] += self.num_cycles
         rec.recomputed_tokens[self.head] += self.recomputed

@@ -164,22 +164,20 @@ def _segment(
     return _Segment(s, last + 1, plan, a, b), step_hi
 
 
-def _step_seconds(c: _Cycles, segments: list[_Segment]) -> tuple[np.ndarray, np.ndarray]:
-    """The segments' step seconds and the head's blocks per step, in order (each segment's
-    cycles as rows, its lines broadcast over them: ``a + b * C`` for every step)."""
-    durations, head = [], []
+def _step_seconds(c: _Cycles, segments: list[_Segment]) -> np.ndarray:
+    """The segments' step seconds, in order (each segment's cycles as rows, its lines
+    broadcast over them: ``a + b * C`` for every step)."""
+    durations = []
+    n = c.n
     for seg in segments:
         length = len(seg.plan)
         if seg.durations is not None:  # made for the exact clock: the same floats
             durations.append(seg.durations[: seg.k * length])
         else:
-            steps = np.arange(seg.s, seg.s + seg.k * length).reshape(seg.k, length)
-            context = c.context + c.n * steps
+            first = c.context + n * seg.s  # the context at each step, as integers
+            context = np.arange(first, first + n * seg.k * length, n).reshape(seg.k, length)
             durations.append((np.array(seg.a) + np.array(seg.b) * context).ravel())
-        head.append(np.broadcast_to(np.array(seg.plan), (seg.k, length)).ravel())
-    if len(segments) == 1:
-        return durations[0], head[0]
-    return np.concatenate(durations), np.concatenate(head)
+    return durations[0] if len(durations) == 1 else np.concatenate(durations)
 
 
 def _cycles_in_time(
@@ -195,9 +193,9 @@ def _cycles_in_time(
         start += segment.a[i] + segment.b[i] * float(context + c.n * i)
     if not next_arrival_s > start + same_time_s(start):
         return 0
-    durations, _ = _step_seconds(c, [segment])
+    durations = _step_seconds(c, [segment])
     segment.durations = durations
-    times = np.cumsum(np.concatenate(([c.now], durations)))
+    times = np.add.accumulate(np.concatenate(([c.now], durations)))  # ``np.cumsum``
     last_start = times[length - 1 : segment.k * length : length]
     ok = next_arrival_s > last_start + same_time_s(last_start)
     return segment.k if bool(ok.all()) else int(ok.argmin())
@@ -208,11 +206,22 @@ def _write(c: _Cycles, segments: list[_Segment], held_init: int, crossings: _Cro
     blocks are allocated) and the step seconds kept for the ITL samples at ``commit``."""
     if not segments:
         return
-    durations, head = _step_seconds(c, segments)
+    durations = _step_seconds(c, segments)
     first, steps = segments[0].s, len(durations)
-    held = held_init + crossings.upto(first) + c.crossings_from(first, steps)
-    times = np.cumsum(np.concatenate(([c.now], durations)))
-    outside = c.r.cfg.num_blocks - c.usable  # blocks neither the decoders nor free hold
-    c.r.trace.record_many(times[:-1], held + head + outside)
+    # Blocks in use: the decoders' after each step, the others' (neither the decoders' nor
+    # free), and the head's at each position of its cycle.
+    used = c.crossings_from(first, steps)
+    used += held_init + crossings.upto(first) + c.r.cfg.num_blocks - c.usable
+    start = 0
+    for seg in segments:
+        end = start + seg.k * len(seg.plan)
+        in_cycles = used[start:end].reshape(seg.k, len(seg.plan))  # a view of ``used``
+        in_cycles += np.array(seg.plan)
+        start = end
+    times = np.empty(steps + 1)  # the clock: ``now``, then each step added in order
+    times[0] = c.now
+    times[1:] = durations
+    np.add.accumulate(times, out=times)  # ``np.cumsum``
+    c.r.trace.record_many(times[:-1], used)
     c.now = float(times[-1])
     c.durations.append(durations)

@@ -111,6 +111,24 @@ def bins_of(grid: BinGrid, durations_s: npt.NDArray[np.float64]) -> npt.NDArray[
     return bins
 
 
+SEARCHED_BINS = 4096  # durations below which ``bins_within`` searches (more: ``bins_of``)
+
+
+def bins_within(
+    grid: BinGrid, durations_s: npt.NDArray[np.float64], low_s: float, high_s: float
+) -> npt.NDArray[np.intp]:
+    """``bins_of`` of durations whose extremes are ``low_s`` and ``high_s``: below
+    ``SEARCHED_BINS`` of them, a search of the edges between the extremes' bins only (each
+    count: the window's plus the edges below it), three calls where ``bins_of`` makes twenty."""
+    if len(durations_s) >= SEARCHED_BINS:
+        return bins_of(grid, durations_s)
+    edges = grid.edges_list
+    low, high = bisect_right(edges, low_s), bisect_right(edges, high_s)
+    bins: npt.NDArray[np.intp] = grid.edges[low:high].searchsorted(durations_s, side="right")
+    bins += low
+    return bins
+
+
 def bin_index(grid: BinGrid, duration_s: float) -> int:
     """The one definition of which bin a duration falls in (both add paths rely on it)."""
     return bisect_right(grid.edges_list, duration_s)
@@ -211,7 +229,9 @@ EXACT_SUM_MIN = 512  # durations from which ``exact_sum`` sums in integers (fewe
 EXACT_SUM_SPREAD = 9  # widest spread of binary exponents summed in integers (bits of headroom)
 
 
-def exact_sum(values: npt.NDArray[np.float64]) -> float:
+def exact_sum(
+    values: npt.NDArray[np.float64], low_s: float | None = None, high_s: float | None = None
+) -> float:
     """``math.fsum`` of finite values ``>= 0`` (the correctly rounded sum, so the same float),
     for many values in a few vector operations instead of a Python float per value.
 
@@ -220,14 +240,23 @@ def exact_sum(values: npt.NDArray[np.float64]) -> float:
     fits 62 bits, its high and low 31 bits are summed apart in int64 (exact below 2**31
     values), and the exact total, a Python integer, is rounded once by ``float`` (correctly
     rounded, ties to even, as ``fsum``) and scaled by a power of two (exact in the normal
-    range). Otherwise, and for a few values, ``math.fsum`` itself."""
+    range). Otherwise, and for a few values, ``math.fsum`` itself. ``low_s``, ``high_s``: the
+    values' least and greatest where the caller has them; where the least is positive their
+    exponents are the extremes of the values' (a binary exponent never falls as a positive
+    value grows), read without a pass over the array."""
     if len(values) < EXACT_SUM_MIN:
         return math.fsum(values.tolist())
     mantissas, exponents = np.frexp(values)
-    low_exp = int(exponents.min())
-    shifts = exponents - low_exp
-    if int(shifts.max()) > EXACT_SUM_SPREAD or low_exp < -960 or not math.isfinite(values.max()):
+    if low_s is not None and high_s is not None and low_s > 0.0:
+        low_exp = math.frexp(low_s)[1]
+        spread = math.frexp(high_s)[1] - low_exp  # an infinite ``high_s``: fsum below
+    else:
+        low_exp = int(exponents.min())
+        spread = int(exponents.max()) - low_exp
+        high_s = float(values.max())
+    if spread > EXACT_SUM_SPREAD or low_exp < -960 or not math.isfinite(high_s):
         return math.fsum(values.tolist())
+    shifts = exponents - low_exp
     scaled = (mantissas * 9007199254740992.0).astype(np.int64) << shifts  # ``m`` at the low exp
     total = (int((scaled >> 31).sum()) << 31) + int((scaled & 0x7FFFFFFF).sum())
     return math.ldexp(float(total), low_exp - 53)
@@ -345,21 +374,23 @@ class ItlHistogram:
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
             return None
-        low_s = float(values.min())
+        low_s = float(np.minimum.reduce(values))  # ``values.min()``
         if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
-        mean_s = float(values.mean())
-        m2_s2 = float(((values - mean_s) ** 2).sum()) * weight
+        high_s = float(np.maximum.reduce(values))
+        # ``values.mean()``: numpy's own sum (pairwise) over the count, the same division
+        mean_s = float(np.add.reduce(values)) / values.size
+        m2_s2 = float(np.add.reduce((values - mean_s) ** 2)) * weight
         update = (
             MANY,
             low_s,
-            float(values.max()),
-            exact_sum(values) * weight,
+            high_s,
+            exact_sum(values, low_s, high_s) * weight,
             float(values.size) * weight,
             mean_s,
             m2_s2,
         )
-        return update, bins_of(self.grid, values)
+        return update, bins_within(self.grid, values, low_s, high_s)
 
     def _count_many(self, bins: npt.NDArray[np.intp], weight: float) -> None:
         """``add_many``'s counts: ``weight`` per duration in its bin."""
