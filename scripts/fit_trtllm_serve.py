@@ -57,7 +57,7 @@ from inferplan.specs.hardware import load_gpu
 MS, US = 1e-3, 1e-6
 HOST_GRID = {
     "step_overhead_s": [0.0, 2 * MS, 5 * MS, 10 * MS, 20 * MS],
-    "per_seq_overhead_s": [0.0, 25 * US, 50 * US, 100 * US, 200 * US, 300 * US],
+    "per_seq_overhead_s": [0.0, 25 * US, 50 * US, 100 * US, 150 * US, 200 * US, 300 * US],
     "eager_layer_overhead_s": [10 * US, 50 * US, 100 * US, 200 * US, 300 * US],
 }
 FACTOR_GRID = [1.0, 0.75, 0.55, 0.4, 0.3]
@@ -154,7 +154,7 @@ def write(fitted: Constants) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-cv", action="store_true", help="in-sample fit only")
     parser.add_argument("--write", action="store_true", help="store the in-sample fit")
     args = parser.parse_args(argv)

@@ -34,11 +34,12 @@ def test_one_sequence_pays_the_bench_host_costs_only_with_trtllm_bench(
 ) -> None:
     """One request alone decodes in a captured graph under both runtimes, at the same GPU
     time. trtllm-bench adds the release's host work per step (2.123 ms + 6.231 us per sequence,
-    of which 16.72 % hides behind the GPU: 1.773 ms by hand); trtllm-serve's 200 us per
-    sequence hides behind the GPU entirely (overlap scheduler), so TPOT differs by exactly
-    the bench's exposed host time. The front end's per-token cost shifts every token alike.
-    Without the served runtime's kernel floor (``perf/kernel_floor.py``: trtllm-serve's graphs
-    set it, trtllm-bench's closed-form runtime has none), which would add to serve's GPU time."""
+    of which 16.72 % hides behind the GPU: 1.773 ms by hand); trtllm-serve's host work
+    (5 ms a step and 150 us a sequence) hides behind the GPU entirely (overlap scheduler), so
+    TPOT differs by exactly the bench's exposed host time. The front end's per-token cost
+    shifts every token alike. Without the served runtime's kernel floor
+    (``perf/kernel_floor.py``: trtllm-serve's graphs set it, trtllm-bench's closed-form runtime
+    has none), which would add to serve's GPU time."""
     monkeypatch.setattr("inferplan.perf.roofline.SERVED_KERNEL_FLOOR_S", 0.0)
     serve = _simulate(capsys, *_burst(1))
     bench = _simulate(capsys, *_burst(1, "--trtllm-runtime", "trtllm-bench"))
@@ -55,19 +56,20 @@ def test_trtllm_serve_runs_uncaptured_decode_batches_eagerly(
 ) -> None:
     """trtllm-serve captures decode graphs for 1..32, 64 and 128 sequences, unpadded: 33
     sequences launch every layer from Python (the eager cost per layer, on top of the step)
-    and their per-sequence host cost on the executor's thread may outlast the GPU's step: by
-    hand max(GPU step, 33 x per-sequence cost) + 32 layers x (eager launch + layer overhead),
-    from the bundled files, where 32 sequences replay a graph; the jump from 32 to 33 is at
-    least the eager launches. trtllm-bench graphs every batch: one more sequence costs it
+    and their host cost on the executor's thread (per step, and per sequence) may outlast the
+    GPU's step: by hand max(32 sequences' step, host + 33 x per-sequence cost) + 32 layers x
+    (eager launch + layer overhead), from the bundled files, where 32 sequences replay a graph
+    (max(GPU, their host work): host-bound with 5 ms a step); the jump from 32 to 33 is at least
+    the eager launches. trtllm-bench graphs every batch: one more sequence costs it
     almost nothing."""
     layers = load_model("Llama-3.1-8B").num_layers
     serve = bundled_serve_constants().host_s
     layer_s = release_cpu_costs()["trtllm-pytorch"]["layer_overhead_s"]
-    host_s = 33 * serve["per_seq_overhead_s"]
+    host_s = serve.get("step_overhead_s", 0.0) + 33 * serve["per_seq_overhead_s"]
     serve_32, serve_33 = (_simulate(capsys, *_burst(n))["mean_tpot_ms"] for n in (32, 33))
-    gpu_s = serve_32 / 1e3 - layers * layer_s  # 32 sequences: the GPU's step outlasts the host's
+    step_32_s = serve_32 / 1e3 - layers * layer_s  # max(GPU, host) of 32 sequences' step
     launches_s = layers * (serve["eager_layer_overhead_s"] + layer_s)
-    expected_ms = (max(gpu_s, host_s) + launches_s) * 1e3
+    expected_ms = (max(step_32_s, host_s) + launches_s) * 1e3
     assert serve_33 == pytest.approx(expected_ms, rel=1e-3)
     assert serve_33 - serve_32 >= layers * serve["eager_layer_overhead_s"] * 1e3
     bench = ("--trtllm-runtime", "trtllm-bench")
