@@ -126,8 +126,11 @@ class _Chain:
         rows = run.rows
         self.implicit = bool(rows.block) and rows.holds_ceil()
         if self.implicit:  # the offsets and sums from the rows' scalars (every row known)
-            ints, lag = run._ints, rows.lag
-            self.computed = ints[_COMPUTED, : self.n] + lag
+            lag = rows.lag
+            # Each row's computed tokens: its stored column plus the lag (``_computed``, built
+            # where the reference methods ask; the one-frame loop reads the victims' alone).
+            self.computed: np.ndarray | None = None
+            self.computed_lag = lag
             self.held_start = rows.ceil_sum
             # ``target - generated`` as stored, per row: a row's left count plus the lag (the
             # rows' own list, read only until ``_commit``)
@@ -137,7 +140,8 @@ class _Chain:
             cut = block - lag % block  # ``offsets[v] = hist[(v - lag) % block]``, rotated
             offsets = hist[cut:] + hist[:cut]
         else:
-            self.computed = run.num_computed.copy()
+            self.computed = run.num_computed.copy()  # the columns settled: no lag
+            self.computed_lag = 0
             self.held_start = int(run.held_blocks.sum())
             self.left_stored, self.left_lag = (run.target - run.num_generated).tolist(), 0
             self.computed_sum = int(self.computed.sum())
@@ -244,7 +248,7 @@ class _Chain:
         while self.p > 0 and self.blocks.first_failure() <= j:
             row = self.p - 1
             rid = int(run.ids[row])
-            computed = int(self.computed[row]) + j
+            computed = int(self._computed()[row]) + j
             r.waiting.push_front(rid, num_tokens=computed + 1)
             if self.own is not None:
                 self.own.preempt(rid, computed)
@@ -263,6 +267,13 @@ class _Chain:
     def _left(self) -> int:
         """Fewest output tokens left among the running rows."""
         return self._fewest_left(self.p) - self.j
+
+    def _computed(self) -> np.ndarray:
+        """Each row's computed tokens at the chain's start (the columns stay untouched until
+        ``_commit``)."""
+        if self.computed is None:
+            self.computed = self.r.running._ints[_COMPUTED, : self.n] + self.computed_lag
+        return self.computed
 
     def _fewest_left(self, p: int) -> int:
         """Fewest output tokens left among the first ``p`` rows at the chain's start."""
@@ -323,7 +334,7 @@ class _Chain:
         free = self.usable - self.blocks.held(j - 1)
         return steps_before_head_joins(
             r,
-            self.computed[:p] + j,
+            self._computed()[:p] + j,
             k,
             (free, own.lru_blocks),
             (run_entries, lambda limit: own.entries_before(rid, known, limit)),

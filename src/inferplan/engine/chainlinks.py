@@ -33,6 +33,8 @@ from inferplan.perf.roofline import RooflineModel
 if TYPE_CHECKING:
     from inferplan.engine.chain import _Chain
 
+_COMPUTED = 1  # ``RunningSet._ints``' row of computed tokens (``engine/running.py``)
+
 
 def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     """``_Chain.run`` of a chain without own blocks (``chain.own is None``): the same links,
@@ -52,7 +54,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     queued = waiting.tokens  # the queue's dict: non-empty iff the queue is (``len(waiting)``)
     intake = chain.intake
     max_tokens, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
-    ids, computed = r.running.ids, chain.computed
+    # The victims' ids and computed tokens read as Python ints through the columns' flat
+    # view (``RunningSet._flat``: ``_ints[c, row]`` at ``c * _capacity + row``; the columns
+    # stay untouched until ``_commit``), plus the implicit rows' lag (``_Chain.computed_lag``).
+    run = r.running
+    flat, computed_at, start_lag = run._flat, _COMPUTED * run._capacity, chain.computed_lag
     # The fewest output tokens left among the first ``p`` rows (``_Chain._fewest_left``): the
     # rows' minimum, found again only where a victim held it (victims leave from the tail).
     left_stored, left_lag = chain.left_stored, chain.left_lag
@@ -77,8 +83,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             # rest's first failing step (``TailBlocks.first_failure``) is at or before ``j``.
             while True:
                 row = p - 1
-                start = int(computed[row])
-                rid = int(ids[row])
+                start = flat[computed_at + row] + start_lag
+                rid = flat[row]  # ``ids``: column 0
                 push_front(rid, num_tokens=start + j + 1)
                 if is_fifo:
                     head_tokens = start + j + 1
