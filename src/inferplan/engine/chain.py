@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +52,7 @@ from inferplan.engine.plain_admission import plain_head_chunk
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.stretch import _steps_before
 from inferplan.memory.ownblocks import OwnBlocks
+from inferplan.metrics.moments import ARITHMETIC, Update
 
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 Intake = Callable[[float], "float | None"]
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
-_COMPUTED, _GENERATED, _TARGET = 1, 3, 4
+_COMPUTED = 1
 FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 # A chain without own blocks runs its links in one frame (``engine/chainlinks.py``); the
 # methods below stay the path with own blocks and the reference (False: they run every chain).
@@ -124,23 +126,31 @@ class _Chain:
         rows = run.rows
         self.implicit = bool(rows.block) and rows.holds_ceil()
         if self.implicit:  # the offsets and sums from the rows' scalars (every row known)
-            ints, lag = run._ints, rows.lag
-            self.computed = ints[_COMPUTED, : self.n] + lag
+            lag = rows.lag
+            # Each row's computed tokens: its stored column plus the lag (``_computed``, built
+            # where the reference methods ask; the one-frame loop reads the victims' alone).
+            self.computed: np.ndarray | None = None
+            self.computed_lag = lag
             self.held_start = rows.ceil_sum
-            left = ints[_TARGET, : self.n] - ints[_GENERATED, : self.n] - lag
+            # ``target - generated`` as stored, per row: a row's left count plus the lag (the
+            # rows' own list, read only until ``_commit``)
+            self.left_stored, self.left_lag = rows.left, lag
             self.computed_sum = rows.computed_sum + self.n * lag  # of the running rows
             hist = rows.hist  # by stored offset: a row's offset is its stored one plus the lag
             cut = block - lag % block  # ``offsets[v] = hist[(v - lag) % block]``, rotated
             offsets = hist[cut:] + hist[:cut]
         else:
-            self.computed = run.num_computed.copy()
+            self.computed = run.num_computed.copy()  # the columns settled: no lag
+            self.computed_lag = 0
             self.held_start = int(run.held_blocks.sum())
-            left = run.target - run.num_generated
+            self.left_stored, self.left_lag = (run.target - run.num_generated).tolist(), 0
             self.computed_sum = int(self.computed.sum())
             offsets = np.bincount(self.computed % block, minlength=block).tolist()
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
-        self.left_prefix: list[int] = np.minimum.accumulate(left).tolist()
+        # The fewest left among the first ``p`` rows, per ``p`` (``_fewest_left``; the
+        # one-frame loop keeps the current ``p``'s alone: ``engine/chainlinks.py``).
+        self.left_prefix: list[int] | None = None
         self.blocks = TailBlocks.from_offsets(offsets, self.computed_sum, block, self.usable)
         self.j, self.p, self.now = 0, self.n, r.now
         self.seg_max_itl = -math.inf  # the largest last step of the segments so far
@@ -153,7 +163,8 @@ class _Chain:
         # (nothing else records into the replica's trace or histogram during the chain).
         self.trace_times: list[float] = []
         self.trace_blocks: list[int] = []
-        self.itl_series: list[tuple[float, float, int, float]] = []
+        # ``(ARITHMETIC, first, step, num_steps, weight, last)``: ``add_arithmetic``'s updates
+        self.itl_updates: list[Update] = []
         # Own blocks (``engine/ownchain.py``): the prefix cache's LRU list along the chain.
         self.own = OwnLru(r) if r.pool.cache is not None else None
         # The event loop's arrivals, where the chain may take them in (``preemption_chain``).
@@ -237,7 +248,7 @@ class _Chain:
         while self.p > 0 and self.blocks.first_failure() <= j:
             row = self.p - 1
             rid = int(run.ids[row])
-            computed = int(self.computed[row]) + j
+            computed = int(self._computed()[row]) + j
             r.waiting.push_front(rid, num_tokens=computed + 1)
             if self.own is not None:
                 self.own.preempt(rid, computed)
@@ -255,7 +266,21 @@ class _Chain:
 
     def _left(self) -> int:
         """Fewest output tokens left among the running rows."""
-        return self.left_prefix[self.p - 1] - self.j
+        return self._fewest_left(self.p) - self.j
+
+    def _computed(self) -> np.ndarray:
+        """Each row's computed tokens at the chain's start (the columns stay untouched until
+        ``_commit``)."""
+        if self.computed is None:
+            self.computed = self.r.running._ints[_COMPUTED, : self.n] + self.computed_lag
+        return self.computed
+
+    def _fewest_left(self, p: int) -> int:
+        """Fewest output tokens left among the first ``p`` rows at the chain's start."""
+        if self.left_prefix is None:
+            lag = self.left_lag
+            self.left_prefix = [v - lag for v in accumulate(self.left_stored, min)]
+        return self.left_prefix[p - 1]
 
     def _head_can_join(self) -> bool:
         """``DecodeStretches.can_stretch`` negated, with the blocks left after the next step
@@ -309,7 +334,7 @@ class _Chain:
         free = self.usable - self.blocks.held(j - 1)
         return steps_before_head_joins(
             r,
-            self.computed[:p] + j,
+            self._computed()[:p] + j,
             k,
             (free, own.lru_blocks),
             (run_entries, lambda limit: own.entries_before(rid, known, limit)),
@@ -327,9 +352,11 @@ class _Chain:
         last = first + (k - 1) * step
         if last > self.seg_max_itl:  # ``max``: the first of equals stays
             self.seg_max_itl = last
-        self.itl_series.append((first, step, k, float(n)))
+        if not (first >= 0.0 and last >= 0.0):  # ``add_arithmetic``'s check
+            raise ValueError(f"ITL durations must be >= 0, got {first} .. {last}")
+        self.itl_updates.append((ARITHMETIC, first, step, k, float(n), last))
         self.now += total
-        self.finished = k >= self.left_prefix[n - 1] - j  # ``_left``
+        self.finished = k >= self._fewest_left(n) - j  # ``_left``
         self.j = j = j + k
         if self.own is not None:  # the free pool only fell: evict to where it ends
             self.own.evict_to(self.usable - self.blocks.held(j - 1))
@@ -341,7 +368,7 @@ class _Chain:
         run, rec = r.running, r.records
         if self.trace_times:  # the segments' records, in order
             r.trace.record_each(self.trace_times, self.trace_blocks)
-            r.itl.add_series(self.itl_series)
+            r.itl.add_updates(self.itl_updates)
         if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
             ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
             rec.num_preemptions[ids] += 1

@@ -25,10 +25,15 @@ import math
 from typing import TYPE_CHECKING
 
 from inferplan.engine.plain_admission import plain_head_chunk
+from inferplan.engine.policies import FIFO_POLICIES
 from inferplan.engine.stretch import _steps_before
+from inferplan.metrics.moments import ARITHMETIC
+from inferplan.perf.roofline import RooflineModel
 
 if TYPE_CHECKING:
     from inferplan.engine.chain import _Chain
+
+_COMPUTED = 1  # ``RunningSet._ints``' row of computed tokens (``engine/running.py``)
 
 
 def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
@@ -37,10 +42,27 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     r = chain.r
     cfg, waiting = r.cfg, r.waiting
     decode_line, push_front, peek = r.model.decode_line, waiting.push_front, waiting.peek
+    # The roofline's line of ``p`` rows holds for every context in ``[lower, limit)`` and its
+    # cache answers the stretch after a preemption step with the step's own line while the
+    # stretch's context (``p`` higher) stays below ``limit``: the same floats, one call fewer.
+    # The table model's lines are secants through the context (``perf/table.py``): asked.
+    reuses_line = type(r.model) is RooflineModel
+    # A FIFO queue's head after a preemption step is its last victim (pushed to the front;
+    # arrivals join the tail), whose tokens the chain knows: no ``peek``. SPF's heap: asked.
+    head_tokens: int | None = None
+    is_fifo = waiting.policy in FIFO_POLICIES
     queued = waiting.tokens  # the queue's dict: non-empty iff the queue is (``len(waiting)``)
     intake = chain.intake
     max_tokens, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
-    ids, computed, left_prefix = r.running.ids, chain.computed, chain.left_prefix
+    # The victims' ids and computed tokens read as Python ints through the columns' flat
+    # view (``RunningSet._flat``: ``_ints[c, row]`` at ``c * _capacity + row``; the columns
+    # stay untouched until ``_commit``), plus the implicit rows' lag (``_Chain.computed_lag``).
+    run = r.running
+    flat, computed_at, start_lag = run._flat, _COMPUTED * run._capacity, chain.computed_lag
+    # The fewest output tokens left among the first ``p`` rows (``_Chain._fewest_left``): the
+    # rows' minimum, found again only where a victim held it (victims leave from the tail).
+    left_stored, left_lag = chain.left_stored, chain.left_lag
+    fewest = min(left_stored) - left_lag
     blocks = chain.blocks
     at_least, k_p, p = blocks.at_least, blocks.k, blocks.p
     block, usable, outside = chain.block, chain.usable, chain.outside
@@ -51,7 +73,9 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
         chain.victim_computed,
         chain.victim_itl,
     )
-    trace_times, trace_blocks, itl_series = chain.trace_times, chain.trace_blocks, chain.itl_series
+    trace_times, trace_blocks = chain.trace_times, chain.trace_blocks
+    itl_updates = chain.itl_updates
+    step_line: tuple[float, float, float] | None = None  # the last preemption step's line
     step_after = False  # the loop's own ``Replica.step`` (a stretch of no steps, no preemption)
     while True:
         if preempting:
@@ -59,9 +83,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             # rest's first failing step (``TailBlocks.first_failure``) is at or before ``j``.
             while True:
                 row = p - 1
-                start = int(computed[row])
-                rid = int(ids[row])
+                start = flat[computed_at + row] + start_lag
+                rid = flat[row]  # ``ids``: column 0
                 push_front(rid, num_tokens=start + j + 1)
+                if is_fifo:
+                    head_tokens = start + j + 1
                 computed_sum -= start
                 victim_ids.append(rid)
                 victim_computed.append(start + j)
@@ -70,6 +96,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                     at_least[v] -= 1
                 k_p -= start // block + 1
                 p = row
+                if row and left_stored[row] - left_lag == fewest:
+                    fewest = min(left_stored[:row]) - left_lag
                 if p == 0:
                     break
                 q, rest = divmod(usable - k_p, p)
@@ -85,7 +113,7 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             # total ``k * a + b * (k * C + n * k * (k - 1) / 2)`` is ``first`` exactly
             # (``1 * a == a``, ``C + 0.0 == C`` below 2**53).
             context = computed_sum + p * j + p
-            a, b, _ = decode_line(p, context)
+            step_line = a, b, _ = decode_line(p, context)
             first = (a + 0.0) + b * context
             step = b * p
             trace_times.append(now)
@@ -95,9 +123,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             last = first + 0 * step
             if last > seg_max_itl:
                 seg_max_itl = last
-            itl_series.append((first, step, 1, float(p)))
+            if not (first >= 0.0 and last >= 0.0):  # ``add_arithmetic``'s check
+                raise ValueError(f"ITL durations must be >= 0, got {first} .. {last}")
+            itl_updates.append((ARITHMETIC, first, step, 1, float(p), last))
             now += first
-            finished = left_prefix[p - 1] - j <= 1
+            finished = fewest - j <= 1
             j += 1
             if not finished and now >= next_arrival_s and intake is not None and queued:
                 bound = intake(now)  # ``_arrivals_in``
@@ -110,13 +140,18 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                 break
             if queued and p < max_seqs and max_tokens - p > 0:
                 available = usable - (p * (j // block) + k_p + at_least[block - j % block])
-                if plain_head_chunk(peek()[1], max_tokens - p, block, available) is not None:
+                tokens = peek()[1] if head_tokens is None else head_tokens
+                if plain_head_chunk(tokens, max_tokens - p, block, available) is not None:
                     break
         preempting = True
         # ``_stretch_steps``
         context = computed_sum + p * j + p
-        a, b, limit = decode_line(p, context)
-        k = left_prefix[p - 1] - j
+        if step_line is not None and reuses_line and context < step_line[2]:
+            a, b, limit = step_line
+        else:
+            a, b, limit = decode_line(p, context)
+        step_line = None
+        k = fewest - j
         if math.isfinite(limit):
             k = min(k, max(0, math.ceil((limit - context) / p)))
         q, rest = divmod(usable - k_p, p)
@@ -149,9 +184,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             last = first + (k - 1) * step
             if last > seg_max_itl:
                 seg_max_itl = last
-            itl_series.append((first, step, k, float(p)))
+            if not (first >= 0.0 and last >= 0.0):  # ``add_arithmetic``'s check
+                raise ValueError(f"ITL durations must be >= 0, got {first} .. {last}")
+            itl_updates.append((ARITHMETIC, first, step, k, float(p), last))
             now += k * a + b * (k * context + p * k * (k - 1) / 2)
-            finished = k >= left_prefix[p - 1] - j
+            finished = k >= fewest - j
             j += k
         if pool_bound:
             continue
@@ -165,7 +202,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                     next_arrival_s, preempting = bound, False
                     continue
                 available = usable - (p * (j // block) + k_p + at_least[block - j % block])
-                if plain_head_chunk(peek()[1], max_tokens - p, block, available) is None:
+                tokens = peek()[1] if head_tokens is None else head_tokens
+                if plain_head_chunk(tokens, max_tokens - p, block, available) is None:
                     next_arrival_s, preempting = bound, False
                     continue
         step_after = k == 0

@@ -359,6 +359,13 @@ class ItlHistogram:
         for first_s, step_s, num_steps, weight in series:
             self.add_arithmetic(first_s, step_s, num_steps, weight)
 
+    def add_updates(self, updates: list[Update]) -> None:
+        """``add_arithmetic`` of each ``(ARITHMETIC, first, step, num_steps, weight, last)``
+        update, in order: a preemption chain's segments (``engine/chainlinks.py``), made and
+        checked as ``add_arithmetic`` makes them (``num_steps``, ``weight`` > 0)."""
+        for _, first_s, step_s, num_steps, weight, _ in updates:
+            self.add_arithmetic(first_s, step_s, int(num_steps), weight)
+
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """Record ``weight`` samples of each duration (vectorised; bins as ``add`` would pick
         them)."""

@@ -87,6 +87,14 @@ class QueuedAdds(ItlHistogram):
         if len(queue) >= self._limit:
             self._flush()
 
+    def add_updates(self, updates: list[Update]) -> None:
+        """``ItlHistogram.add_updates``: the updates as ``add_arithmetic`` queues them, their
+        caller having made its checks (``num_steps``, ``weight`` > 0, durations >= 0)."""
+        queue = self._queue
+        queue.extend(updates)
+        if len(queue) >= self._limit:
+            self._flush()
+
 
 class ItlLog(QueuedAdds):
     """An ITL histogram whose moment updates are kept, in order, instead of applied."""
