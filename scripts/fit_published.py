@@ -29,6 +29,9 @@ them with the fold's constants. The whole refit (docs/validation.md, ``joint13``
 
     .venv/bin/python scripts/fit_published.py --served --jobs 2 --no-cv
 
+``--owners hopper`` (with ``--served``) refits only the named families' and releases' constants
+from the committed files, every other one as committed (``hopdep16``'s Hopper refit).
+
 ``--balance`` weighs each engine's rows as one block in a family's or release's loss (``family``:
 the same total per engine there; ``overall``: per engine in the whole fit; ``sqrt``: the square
 root of its count there) instead of every row alike (``row``, the default: the quick
@@ -746,6 +749,12 @@ def main(argv: list[str]) -> int:
         "(made on the same committed constants) instead of simulating them",
     )
     parser.add_argument(
+        "--owners",
+        help="With --served: the in-sample fit refits only these families' and releases' "
+        "constants (comma-separated, e.g. hopper), from the committed files, every other "
+        "constant as committed; only their files are written",
+    )
+    parser.add_argument(
         "--cv-owners",
         help="With --served --cv-only: refit per fold only these families' and releases' "
         "constants (comma-separated, e.g. ampere,hopper,trtllm-cpp), from the committed "
@@ -792,8 +801,8 @@ def main(argv: list[str]) -> int:
         if served is not None and args.cv_owners:
             # The quick check: only these owners refitted per fold, from the committed files,
             # on their families' closed-form rows; every other constant as committed.
-            owners = set(args.cv_owners.split(","))
-            owned = [r for r in rows if family_of(r) in owners]
+            cv_owners = set(args.cv_owners.split(","))
+            owned = [r for r in rows if family_of(r) in cv_owners]
             closed, out = joint_cross_validate(
                 owned,
                 served,
@@ -802,7 +811,7 @@ def main(argv: list[str]) -> int:
                 args.rounds,
                 args.steps,
                 args.jobs,
-                owners,
+                cv_owners,
             )
             title = f"Cross-validated ({args.folds}-fold by configuration; {args.cv_owners})"
             print(report(closed, title) + "\n\n" + served_report(out, title + ", served rows"))
@@ -817,9 +826,13 @@ def main(argv: list[str]) -> int:
         cv = cross_validate(rows, start, args.folds, args.rounds, args.steps, args.jobs)
         print(report(cv, f"Cross-validated ({args.folds}-fold by configuration)"))
         return 0
-    origin = start if only is None else committed_constants(rows, only)
+    owners = set(args.owners.split(",")) if args.owners else None
+    if owners is not None and served is None:
+        print("error: --owners: needs --served (else --families)", file=sys.stderr)
+        return 2
+    origin = start if only is None and owners is None else committed_constants(rows, only or set())
     before = predict(rows, origin)
-    fitted = as_written(fit(rows, origin, args.rounds, args.steps, only, served))
+    fitted = as_written(fit(rows, origin, args.rounds, args.steps, only, served, owners))
     in_sample = predict(rows, fitted)
     print(f"{len(rows)} rows; loss {loss(before):.4f} -> {loss(in_sample):.4f}")
     for family, eff in fitted.family.items():
@@ -842,12 +855,12 @@ def main(argv: list[str]) -> int:
         print(served_report(predict_served(served.rows, fitted), "Served rows, in-sample"))
     if not args.dry_run:
         for family, eff in fitted.family.items():
-            if only is not None and family not in only:
+            if (only is not None and family not in only) or (owners and family not in owners):
                 continue
             mine = [r for r in in_sample if family_of(r.row) == family]
             theirs = sum(family_of(r) == family for r in served.rows) if served else 0
             (DATA / f"{family}.yaml").write_text(family_yaml(family, eff, mine, theirs))
-        if only is None:
+        if only is None and (owners is None or owners & set(fitted.costs)):
             COSTS_FILE.write_text(costs_yaml(fitted.costs, served is not None))
     if not args.no_cv:
         title = f"Cross-validated ({args.folds}-fold by configuration)"

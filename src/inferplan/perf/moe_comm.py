@@ -21,8 +21,9 @@ Two ways to bring every attention rank's tokens to the experts and their outputs
 Both collectives run on the scale-up link at the family's fitted collective bandwidth and
 latency (``perf/comm.py``); without attention DP (tokens already replicated by TP) the layer
 all-reduces as before. ``RooflineModel.moe_exchange`` picks one (default ``alltoall``). The
-published-table fit does not apply ``trtllm_moe_exchange`` to its TensorRT-LLM rows yet: refitted
-with it, the in-sample error rose (``docs/validation.md``, "Attention-DP MoE exchange").
+closed form of ``trtllm-bench``'s rows applies ``trtllm_moe_exchange`` (``plan/closed_form.py``
+``bench_exchange``, since ``hopdep16``; docs/validation.md); the served engines' runs keep the
+default.
 """
 
 from __future__ import annotations

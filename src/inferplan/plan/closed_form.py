@@ -5,7 +5,13 @@ request a prefill step plus ``OSL - 1`` decode steps, from the step-time model.
 How many prompts a step admits follows TensorRT-LLM's micro-batch scheduler
 (``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp``): every generation request in the
 step takes one token of ``max_num_tokens`` and each context request its prompt, so the prompts
-share the budget with the decodes they run beside (``admitted_per_step``)."""
+share the budget with the decodes they run beside (``admitted_per_step``).
+
+Under attention DP an expert-parallel MoE layer exchanges its tokens the way TensorRT-LLM's
+PyTorch backend does (``perf/moe_comm.py`` ``trtllm_moe_exchange``: an all-gather of the
+quantised activations and a reduce-scatter of the BF16 output, unless the group is a multi-node
+NVLink domain with more EP ranks than ``top_k``), not the generic all-to-all
+(``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``)."""
 
 from __future__ import annotations
 
@@ -13,11 +19,25 @@ import math
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
+from inferplan.perf.moe_comm import trtllm_moe_exchange
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 
 # Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
 # built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
 ATTENTION_DP_RANK_LIMITS = False
+# The attention-DP MoE layers exchange tokens as TensorRT-LLM does (all-gather + reduce-scatter
+# on the bundled parts), not by the generic all-to-all (docs/validation.md, `hopdep16`).
+TRTLLM_MOE_EXCHANGE = True
+
+
+def bench_exchange(plan: MemoryPlan) -> str | None:
+    """The MoE exchange TensorRT-LLM runs for ``plan`` (``trtllm_moe_exchange``), or None where
+    the model has no routed experts or the replica no attention DP (the layer all-reduces)."""
+    par, moe = plan.parallelism, plan.spec.moe_ffn
+    if not TRTLLM_MOE_EXCHANGE or moe is None or par.attention_dp < 2:
+        return None
+    return trtllm_moe_exchange(moe.num_experts_per_tok, par, plan.gpu)
 
 
 def _prefill_batch(num: float, tokens: int, decodes: int, context: int) -> StepBatch:
@@ -119,6 +139,9 @@ def steady_state_throughput(
     unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
     keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
     the stated limits bound the whole group)."""
+    exchange = bench_exchange(plan)
+    if exchange is not None and isinstance(step, RooflineModel):
+        step.moe_exchange = exchange  # the run's own model (``published_runs.run_step_model``)
     cfg = plan.config
     pp = plan.parallelism.pp
     ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1
