@@ -127,7 +127,8 @@ def served_graphs(plan: MemoryPlan, engine: str, version: str = "") -> CudaGraph
     if engine == "trtllm" and trtllm_release(version) == "trtllm-cpp":
         return None
     cfg = plan.config
-    max_bs = sglang_cuda_graph_max_bs(plan.gpu, plan.parallelism.tp)
+    par = plan.parallelism  # SGLang's ``--tp`` spans the DP-attention ranks, as its memory rule
+    max_bs = sglang_cuda_graph_max_bs(plan.gpu, par.tp * par.attention_dp)
     return engine_graphs(engine, cfg.max_num_seqs, cfg.max_num_batched_tokens, max_bs)
 
 
