@@ -74,7 +74,7 @@ def test_the_memory_plan_counts_sequences_in_sglangs_pool() -> None:
     the default 131,072 tokens does; under another engine's rule the 18 windowed layers of a
     sequence hold their window (128 tokens) and the block being filled, at block size 1."""
     args = ("gpt-oss-120b", "h100", 1, 1, False, None, "auto", None, 0.9, None, None, None)
-    sglang = build_memory_plan(*args, "sglang")  # type: ignore[arg-type]
+    sglang = build_memory_plan(*args, "sglang")
     full = sglang_full_pool(sglang)
     assert full is not None
     tokens = full.num_blocks * sglang.config.block_size
