@@ -1,15 +1,16 @@
 """The attention core's operators on one device: prefill pairs, decode KV reads, linear state.
 
 ``attention_ops`` is what ``RooflineModel`` runs per layer group; its FLOPs and bytes are the
-formulas of ``docs/modeling.md`` (causal prefill pairs, MLA absorbed for decode and expanded for
-prefill, sliding windows and Llama 4's chunks (``specs/chunked.py``) capping what is read, a
-linear-attention layer's whole state read and written each step). Decode terms stay affine in
-the replica's context, so a pure-decode stretch keeps its closed form.
+formulas of ``docs/modeling.md`` (causal prefill pairs, MLA absorbed for decode (at the FP8
+rate over an FP8 cache) and expanded for prefill, sliding windows and Llama 4's chunks
+(``specs/chunked.py``) capping what is read, a linear-attention layer's whole state read and
+written each step). Decode terms stay affine in the replica's context, so a pure-decode stretch
+keeps its closed form.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from inferplan.perf.batch import StepBatch
@@ -112,7 +113,14 @@ def attention_ops(
         read = token_bytes * (cached + s.prefill) + io * s.prefill
         ops.append(Op("attn_prefill", flops, 0.0, read, 0.0, rates.compute, rates.memory, count))
     if s.decode_seqs:
-        ops.append(_decode_op(att, count, batch, s, (token_bytes, decode_flops, io), dpa, rates))
+        decode_rates = rates
+        # Absorbed MLA decode is compute bound (128 query heads share each latent token). Over
+        # an FP8 cache TensorRT-LLM's MLA generation kernels (trtllm-gen on Blackwell, XQA on
+        # Hopper) take FP8 queries and run both matrix multiplies on FP8 tensor cores.
+        if att.kind == "mla" and kv_bytes <= 1 and rates.fp8_compute:
+            decode_rates = replace(rates, compute=rates.fp8_compute)
+        per_token = (token_bytes, decode_flops, io)
+        ops.append(_decode_op(att, count, batch, s, per_token, dpa, decode_rates))
     return ops
 
 
