@@ -33,6 +33,7 @@ from __future__ import annotations
 from inferplan.perf.attention_pieces import Piece, is_saturated
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
+from inferplan.perf.oneoff import OneOffSteps, fits
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -75,6 +76,11 @@ class StepSeconds:
         self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._chunks: dict[tuple[float, ...], bool] = {}  # prefill chunks met (``_is_new_prefill``)
         self._graphs: object = None
+        # One-off prefill shapes from cached terms (``perf/oneoff.py``), made where the graphs
+        # are first seen (``seconds``): a model whose pieces it cannot time keeps ``_direct``.
+        self._oneoff: OneOffSteps | None = None
+        if roofline is not None and fits(roofline):
+            self._oneoff = OneOffSteps(roofline, self)
 
     def __call__(self, batch: StepBatch) -> float:
         return self.seconds(
@@ -111,8 +117,20 @@ class StepSeconds:
         if roofline is not None and roofline.graphs is not self._graphs:
             self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
             self._graphs = roofline.graphs
+            self._oneoff = OneOffSteps(roofline, self) if fits(roofline) else None
         plan = self._plans.get(key)
         if plan is None:
+            oneoff = self._oneoff
+            if oneoff is not None and prefill_tokens and key not in self._chunks:
+                keep(self._chunks, key, True, PLAN_CACHE_SIZE)  # a second sight compiles
+                return oneoff.seconds(
+                    prefill_tokens,
+                    prefill_attention_pairs,
+                    prefill_context_tokens,
+                    num_prefill_seqs,
+                    num_decode_seqs,
+                    decode_context_tokens,
+                )
             batch = StepBatch(
                 prefill_tokens,
                 prefill_attention_pairs,
@@ -124,7 +142,7 @@ class StepSeconds:
             )
             if roofline is None:
                 return self.model.step_time(batch).total_s
-            if prefill_tokens and self._is_new_prefill(key):
+            if oneoff is None and prefill_tokens and self._is_new_prefill(key):
                 return self._direct(roofline, batch)
             plan = self._compile(roofline, batch, key)
         microbatches, terms, communication_s, overhead_s, host, host_overlap, compute, memory = plan
