@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
+from inferplan.perf.oneoff_tokens import TokenTerms
+from inferplan.perf.oneoff_tokens import fits as dense
 from inferplan.perf.op import ACT_BYTES
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.sparse_attention import read_window
@@ -123,6 +125,7 @@ class OneOffSteps:
         self._fixed: dict[tuple[int, int], tuple[float, float]] = {}
         self._floor = model.kernel_floor_s  # the pieces' floor (``set_kernel_floor``)
         self._exchange = model.moe_exchange  # the token pieces' MoE exchange
+        self._closed = TokenTerms(model) if dense(model) else None
 
     def seconds(
         self,
@@ -224,15 +227,23 @@ class OneOffSteps:
             cache.clear()
         self._floor = self.model.kernel_floor_s
         self._exchange = self.model.moe_exchange
+        if self._closed is not None:  # its floors are the model's
+            self._closed = TokenTerms(self.model)
 
     def _token_terms(self, tokens: float, m: int, factor: float) -> _TokenTerms:
         """The layers' communication seconds and per layer group the terms of its projections
         and of its FFN and elementwise passes at ``tokens`` a micro-batch
         (``RooflineModel._token_pieces``)."""
-        around, comm = self.model._token_pieces(tokens)
-        terms = self.plans._piece_terms
-        groups = tuple((terms(proj, m, factor), terms(rest, m, factor)) for proj, rest in around)
-        return keep(self._tokens, (tokens, m), (comm, groups), TOKEN_CACHE_SIZE)
+        if self._closed is not None:  # dense layers: in closed form (``oneoff_tokens.py``)
+            entry = self._closed.terms(tokens, m, factor)
+        else:
+            around, comm = self.model._token_pieces(tokens)
+            terms = self.plans._piece_terms
+            groups = tuple(
+                (terms(proj, m, factor), terms(rest, m, factor)) for proj, rest in around
+            )
+            entry = (comm, groups)
+        return keep(self._tokens, (tokens, m), entry, TOKEN_CACHE_SIZE)
 
     def _decode_terms(
         self, num_decode_seqs: int, m: int, factor: float

@@ -75,7 +75,7 @@ class StepSeconds:
         self._plans: dict[tuple[float, ...], _Plan] = {}
         self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._chunks: dict[tuple[float, ...], bool] = {}  # prefill chunks met (``_is_new_prefill``)
-        self._graphs: object = None
+        self._graphs: object = None if roofline is None else roofline.graphs
         # One-off prefill shapes from cached terms (``perf/oneoff.py``), made where the graphs
         # are first seen (``seconds``): a model whose pieces it cannot time keeps ``_direct``.
         self._oneoff: OneOffSteps | None = None
