@@ -66,7 +66,7 @@ def test_a_run_of_one_off_steps_is_timed_to_the_same_floats(
         taken.append(fields)
         return timed(*fields)  # type: ignore[arg-type]
 
-    seconds._oneoff.seconds = counted  # type: ignore[method-assign]
+    seconds._oneoff.seconds = counted  # type: ignore[method-assign,assignment]
     shapes = set()
     for chunks, num_decode, context in steps:
         batch = mixed_batch(chunks, num_decode, context, drafts)
