@@ -58,6 +58,10 @@ TOKEN_CACHE_SIZE = 16384
 # the terms of its projections and of its FFN and elementwise passes.
 _TokenTerms = tuple[float, tuple[tuple[tuple["_Term", ...], tuple["_Term", ...]], ...]]
 
+# What a step's sequence counts decide: micro-batches, per layer group the decode attention's
+# terms, the LM head's terms, the overhead and the host seconds.
+_SeqTerms = tuple[int, tuple[tuple["_Term", ...], ...], tuple["_Term", ...], float, float]
+
 _Prefill = tuple[float, tuple[int, float, int] | None, float, float, float, float, int]
 
 
@@ -120,9 +124,10 @@ class OneOffSteps:
             for i, g in enumerate(pieces.groups)
         )
         self._tokens: dict[tuple[float, int], _TokenTerms] = {}
-        self._decode: dict[tuple[int, int], tuple[tuple[_Term, ...], ...]] = {}
-        self._heads: dict[tuple[int, int], tuple[_Term, ...]] = {}
-        self._fixed: dict[tuple[int, int], tuple[float, float]] = {}
+        self._seqs: dict[tuple[int, int], _SeqTerms] = {}
+        self._factor = model.pipeline_factor(StepBatch())  # ``pp``, the same every step
+        self._dpa = model.par.attention_dp
+        self._rows_per_seq = 1 + self.num_draft_tokens  # query rows of a decoding sequence
         self._floor = model.kernel_floor_s  # the pieces' floor (``set_kernel_floor``)
         self._exchange = model.moe_exchange  # the token pieces' MoE exchange
         self._closed = TokenTerms(model) if dense(model) else None
@@ -141,23 +146,18 @@ class OneOffSteps:
         model = self.model
         if model.kernel_floor_s != self._floor or model.moe_exchange != self._exchange:
             self._clear()  # the model dropped its pieces (``set_kernel_floor``): so do these
-        pp = model.par.pp
-        m = max(1, min(pp, num_decode_seqs + num_prefill_seqs))  # ``microbatches``
-        factor = float(pp)  # ``pipeline_factor``
-        share = m * model.par.attention_dp
-        num_tokens = prefill_tokens + num_decode_seqs * (1 + self.num_draft_tokens)
+        seqs = self._seqs.get((num_decode_seqs, num_prefill_seqs))
+        if seqs is None:
+            seqs = self._seq_terms(num_decode_seqs, num_prefill_seqs)
+        m, decode, head, overhead_s, host = seqs
+        factor = self._factor
+        share = m * self._dpa
+        num_tokens = prefill_tokens + num_decode_seqs * self._rows_per_seq
         # A step with prefill rows runs eagerly on all its rows (``decode_graph``'s first rule).
         tokens = self._tokens.get((num_tokens / m, m))
         if tokens is None:
             tokens = self._token_terms(num_tokens / m, m, factor)
         comm, around = tokens
-        decode = self._decode.get((num_decode_seqs, m))
-        if decode is None:
-            decode = self._decode_terms(num_decode_seqs, m, factor)
-        head_key = (num_decode_seqs * (1 + self.num_draft_tokens) + num_prefill_seqs, m)
-        head = self._heads.get(head_key)
-        if head is None:
-            head = self._head_terms(head_key, factor)
         # The step's terms in ``_pieces``' order: per group the projections, the prefill
         # attention (a constant term made here), the decode attention, the FFN and elementwise
         # passes; the LM head last.
@@ -197,12 +197,8 @@ class OneOffSteps:
                 compute += compute_s * times
             else:
                 memory += memory_s * times
-        fixed = self._fixed.get((num_decode_seqs, num_prefill_seqs))
-        if fixed is None:
-            fixed = self._fixed_seconds(num_decode_seqs, num_prefill_seqs)
-        overhead_s, host = fixed
         sends = 0.0
-        if pp != 1:
+        if factor != 1.0:  # ``pipeline_sends``: none at one stage
             batch = self._batch(prefill_tokens, num_prefill_seqs, num_decode_seqs)
             sends = model.pipeline_sends(batch)
         communication_s = comm * factor + sends
@@ -223,7 +219,7 @@ class OneOffSteps:
 
     def _clear(self) -> None:
         """Drop every cached term (the model's pieces changed)."""
-        for cache in (self._tokens, self._decode, self._heads, self._fixed):
+        for cache in (self._tokens, self._seqs):
             cache.clear()
         self._floor = self.model.kernel_floor_s
         self._exchange = self.model.moe_exchange
@@ -245,35 +241,26 @@ class OneOffSteps:
             entry = (comm, groups)
         return keep(self._tokens, (tokens, m), entry, TOKEN_CACHE_SIZE)
 
-    def _decode_terms(
-        self, num_decode_seqs: int, m: int, factor: float
-    ) -> tuple[tuple[_Term, ...], ...]:
-        """Per layer group the terms of its decode attention (``AttentionPieces.of``'s decode
-        piece; none without attention or decode rows)."""
-        pieces = self.model.attention_pieces
-        batch = StepBatch(
-            num_decode_seqs=num_decode_seqs,
-            num_draft_tokens=self.num_draft_tokens,
-        )
-        terms = []
-        for i in range(len(pieces.groups)):
-            both = pieces.of(i, batch, m)
-            decode: tuple[_Term, ...] = ()
-            if both:
-                decode = self.plans._piece_terms(both[1], m, factor)
-            terms.append(decode)
-        return keep(self._decode, (num_decode_seqs, m), tuple(terms), CACHE_SIZE)
-
-    def _head_terms(self, key: tuple[int, int], factor: float) -> tuple[_Term, ...]:
-        """The LM head's terms for ``key`` (its logit rows, micro-batches)."""
-        logits, m = key
-        head = self.model._head_piece(logits / m / self.model.par.attention_dp)
-        return keep(self._heads, key, self.plans._piece_terms(head, m, factor), CACHE_SIZE)
-
-    def _fixed_seconds(self, num_decode_seqs: int, num_prefill_seqs: int) -> tuple[float, float]:
-        """The step's overhead (``RooflineModel._overhead``, eager) and host seconds
-        (``host_s``): both depend on the sequence counts only."""
+    def _seq_terms(self, num_decode_seqs: int, num_prefill_seqs: int) -> _SeqTerms:
+        """What the step's sequence counts decide: its micro-batches (``microbatches``), per
+        layer group the terms of its decode attention (``AttentionPieces.of``'s decode piece;
+        none without attention or decode rows), the LM head's terms, the overhead
+        (``RooflineModel._overhead``, eager) and the host seconds (``host_s``)."""
         model = self.model
-        batch = self._batch(1, num_prefill_seqs, num_decode_seqs)
-        fixed = (model._overhead(batch, True), host_s(model.eff, batch, model.par.attention_dp))
-        return keep(self._fixed, (num_decode_seqs, num_prefill_seqs), fixed, CACHE_SIZE)
+        factor = self._factor
+        batch = self._batch(0, num_prefill_seqs, num_decode_seqs)
+        m = model.microbatches(batch)
+        pieces = model.attention_pieces
+        decode = []
+        for i in range(len(pieces.groups)):
+            both = pieces.of(i, batch, m)  # no prefill rows: the decode piece alone
+            decode.append(self.plans._piece_terms(both[1], m, factor) if both else ())
+        head = model._head_piece(batch.num_logit_tokens / m / self._dpa)
+        entry = (
+            m,
+            tuple(decode),
+            self.plans._piece_terms(head, m, factor),
+            model._overhead(batch, True),  # a step with prefill rows launches eagerly
+            host_s(model.eff, batch, self._dpa),
+        )
+        return keep(self._seqs, (num_decode_seqs, num_prefill_seqs), entry, CACHE_SIZE)
