@@ -26,6 +26,10 @@ the tails of several prompts: its shape almost never comes back) is not compiled
 operators are evaluated at once (``_direct``), the same floating-point operations in the same
 order, with no terms, plan or cache entry built. Chunks met before (below capacity a prompt's
 chunk comes back beside other decode counts) get a plan, so the shapes that recur keep theirs.
+On the models ``perf/oneoff.py`` writes out (full attention, no FA2 query tiles) a shape's
+first sight is timed there instead, from terms cached under the token count and the sequence
+counts and the prefill attention in closed form (no ``StepBatch`` or operator built), and its
+second sight compiles a plan.
 """
 
 from __future__ import annotations
