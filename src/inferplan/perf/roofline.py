@@ -295,11 +295,17 @@ class RooflineModel:
             pieces += (proj, *self.attention_pieces.of(i, batch, m), rest)
         logits = batch.num_logit_tokens / m / dpa
         head = self._head_pieces.get(logits)
-        if head is None:  # the LM head runs on the last stage only, once per micro-batch
+        pieces.append(self._head_piece(logits) if head is None else head)
+        return pieces, {"communication": comm, "overhead": self._overhead(batch, eager)}
+
+    def _head_piece(self, logits: float) -> Piece:
+        """The LM head for ``logits`` rows a micro-batch, cached: it runs on the last stage
+        only, once per micro-batch."""
+        head = self._head_pieces.get(logits)
+        if head is None:
             lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
             head = keep(self._head_pieces, logits, (lm_head,), LINE_CACHE_SIZE)
-        pieces.append(head)
-        return pieces, {"communication": comm, "overhead": self._overhead(batch, eager)}
+        return head
 
     def _token_pieces(self, tokens: float) -> tuple[tuple[tuple[Piece, Piece], ...], float]:
         """Per layer group, the operators that depend on the micro-batch's ``tokens`` only

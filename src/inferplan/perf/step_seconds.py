@@ -26,6 +26,10 @@ the tails of several prompts: its shape almost never comes back) is not compiled
 operators are evaluated at once (``_direct``), the same floating-point operations in the same
 order, with no terms, plan or cache entry built. Chunks met before (below capacity a prompt's
 chunk comes back beside other decode counts) get a plan, so the shapes that recur keep theirs.
+On the models ``perf/oneoff.py`` writes out (full attention, no FA2 query tiles) a shape's
+first sight is timed there instead, from terms cached under the token count and the sequence
+counts and the prefill attention in closed form (no ``StepBatch`` or operator built), and its
+second sight compiles a plan.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 from inferplan.perf.attention_pieces import Piece, is_saturated
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
+from inferplan.perf.oneoff import OneOffSteps, fits
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -74,7 +79,12 @@ class StepSeconds:
         self._plans: dict[tuple[float, ...], _Plan] = {}
         self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._chunks: dict[tuple[float, ...], bool] = {}  # prefill chunks met (``_is_new_prefill``)
-        self._graphs: object = None
+        self._graphs: object = None if roofline is None else roofline.graphs
+        # One-off prefill shapes from cached terms (``perf/oneoff.py``), made where the graphs
+        # are first seen (``seconds``): a model whose pieces it cannot time keeps ``_direct``.
+        self._oneoff: OneOffSteps | None = None
+        if roofline is not None and fits(roofline):
+            self._oneoff = OneOffSteps(roofline, self)
 
     def __call__(self, batch: StepBatch) -> float:
         return self.seconds(
@@ -111,8 +121,20 @@ class StepSeconds:
         if roofline is not None and roofline.graphs is not self._graphs:
             self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
             self._graphs = roofline.graphs
+            self._oneoff = OneOffSteps(roofline, self) if fits(roofline) else None
         plan = self._plans.get(key)
         if plan is None:
+            oneoff = self._oneoff
+            if oneoff is not None and prefill_tokens and key not in self._chunks:
+                keep(self._chunks, key, True, PLAN_CACHE_SIZE)  # a second sight compiles
+                return oneoff.seconds(
+                    prefill_tokens,
+                    prefill_attention_pairs,
+                    prefill_context_tokens,
+                    num_prefill_seqs,
+                    num_decode_seqs,
+                    decode_context_tokens,
+                )
             batch = StepBatch(
                 prefill_tokens,
                 prefill_attention_pairs,
@@ -124,7 +146,7 @@ class StepSeconds:
             )
             if roofline is None:
                 return self.model.step_time(batch).total_s
-            if prefill_tokens and self._is_new_prefill(key):
+            if oneoff is None and prefill_tokens and self._is_new_prefill(key):
                 return self._direct(roofline, batch)
             plan = self._compile(roofline, batch, key)
         microbatches, terms, communication_s, overhead_s, host, host_overlap, compute, memory = plan
