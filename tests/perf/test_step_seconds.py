@@ -67,6 +67,20 @@ def test_a_new_set_of_cuda_graphs_is_seen() -> None:
     assert after > before
 
 
+def test_a_kernel_floor_set_later_is_seen() -> None:
+    """A shape compiled into a plan under one kernel floor is timed again under another (the
+    served engines set theirs after the model is built)."""
+    model = roofline("Llama-3.1-8B", "h200")
+    fresh = RooflineModel(model.spec, model.gpu, model.par, model.formats, model.kv, model.eff)
+    seconds = StepSeconds(fresh)
+    batch = mixed_batch([], 9, 1000)
+    before = seconds(batch)  # a decode-only shape: planned at once
+    fresh.set_kernel_floor(1e-3)  # every operator's launches at least 1 ms
+    after = seconds(batch)
+    assert after == fresh.step_time(batch).total_s
+    assert after > before + 0.01
+
+
 def test_other_models_are_asked_every_step() -> None:
     """A model that is not the roofline (a measured table) gets no plan: it is asked."""
     inner = roofline("Llama-3.1-8B", "h200")

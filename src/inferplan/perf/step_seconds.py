@@ -80,6 +80,7 @@ class StepSeconds:
         self._terms: dict[tuple[int, int], tuple[Piece, tuple[_Term, ...]]] = {}
         self._chunks: dict[tuple[float, ...], bool] = {}  # prefill chunks met (``_is_new_prefill``)
         self._graphs: object = None if roofline is None else roofline.graphs
+        self._floor_s = 0.0 if roofline is None else roofline.kernel_floor_s
         # One-off prefill shapes from cached terms (``perf/oneoff.py``), made where the graphs
         # are first seen (``seconds``): a model whose pieces it cannot time keeps ``_direct``.
         self._oneoff: OneOffSteps | None = None
@@ -118,9 +119,12 @@ class StepSeconds:
             share = roofline.microbatches_of(num_decode_seqs + num_prefill_seqs) * self._dpa
             for window in self._windows:
                 key += (is_saturated(window, num_decode_seqs, decode_context_tokens, share),)
-        if roofline is not None and roofline.graphs is not self._graphs:
-            self._plans.clear()  # the engine's CUDA graphs may be set after the model is built
-            self._graphs = roofline.graphs
+        if roofline is not None and (
+            roofline.graphs is not self._graphs or roofline.kernel_floor_s != self._floor_s
+        ):
+            # the engine's CUDA graphs and kernel floor may be set after the model is built
+            self._plans.clear()
+            self._graphs, self._floor_s = roofline.graphs, roofline.kernel_floor_s
             self._oneoff = OneOffSteps(roofline, self) if fits(roofline) else None
         plan = self._plans.get(key)
         if plan is None:
