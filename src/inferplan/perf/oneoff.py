@@ -65,6 +65,29 @@ _SeqTerms = tuple[int, tuple[tuple["_Term", ...], ...], tuple["_Term", ...], flo
 _Prefill = tuple[float, tuple[int, float, int] | None, float, float, float, float, int]
 
 
+def add_terms(
+    terms: tuple[_Term, ...], context: float, compute: float, memory: float
+) -> tuple[float, float]:
+    """``compute`` and ``memory`` with each of a step plan's ``terms`` added at a mean decode
+    context of ``context`` tokens: a constant term to its side (``v1`` true: compute), an
+    affine one's ``(v0 + v1 C) / v2`` and ``(v3 + v4 C) / v5`` seconds (times ``n``) to the
+    side that binds, ``times`` over (``step_seconds.py``'s plans and the one-off steps')."""
+    for is_affine, v0, v1, v2, v3, v4, v5, n, times in terms:
+        if not is_affine:
+            if v1:
+                compute += v0
+            else:
+                memory += v0
+            continue
+        compute_s = (v0 + v1 * context) / v2 * n
+        memory_s = (v3 + v4 * context) / v5 * n
+        if compute_s >= memory_s:
+            compute += compute_s * times
+        else:
+            memory += memory_s * times
+    return compute, memory
+
+
 def fits(model: RooflineModel) -> bool:
     """Whether ``OneOffSteps`` times this model's mixed steps: every attention layer full
     softmax attention (GQA/MHA or MLA; no window, local chunk, indexer or linear state), and no
@@ -183,20 +206,7 @@ class OneOffSteps:
                 term = (False, memory_s * factor, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
             ordered += (*proj, term, *decode_terms, *rest)
         context = float(decode_context_tokens) / m
-        compute = memory = 0.0
-        for is_affine, v0, v1, v2, v3, v4, v5, n, times in ordered + head:
-            if not is_affine:
-                if v1:
-                    compute += v0
-                else:
-                    memory += v0
-                continue
-            compute_s = (v0 + v1 * context) / v2 * n
-            memory_s = (v3 + v4 * context) / v5 * n
-            if compute_s >= memory_s:
-                compute += compute_s * times
-            else:
-                memory += memory_s * times
+        compute, memory = add_terms(ordered + head, context, 0.0, 0.0)
         sends = 0.0
         if factor != 1.0:  # ``pipeline_sends``: none at one stage
             batch = self._batch(prefill_tokens, num_prefill_seqs, num_decode_seqs)

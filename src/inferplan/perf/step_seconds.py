@@ -37,7 +37,7 @@ from __future__ import annotations
 from inferplan.perf.attention_pieces import Piece, is_saturated
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
-from inferplan.perf.oneoff import OneOffSteps, fits
+from inferplan.perf.oneoff import OneOffSteps, add_terms, fits
 from inferplan.perf.overlap import hidden_host_s, host_s
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -155,19 +155,7 @@ class StepSeconds:
             plan = self._compile(roofline, batch, key)
         microbatches, terms, communication_s, overhead_s, host, host_overlap, compute, memory = plan
         context = float(decode_context_tokens) / microbatches
-        for is_affine, v0, v1, v2, v3, v4, v5, count, times in terms:
-            if not is_affine:
-                if v1:
-                    compute += v0
-                else:
-                    memory += v0
-                continue
-            compute_s = (v0 + v1 * context) / v2 * count
-            memory_s = (v3 + v4 * context) / v5 * count
-            if compute_s >= memory_s:
-                compute += compute_s * times
-            else:
-                memory += memory_s * times
+        compute, memory = add_terms(terms, context, compute, memory)
         if host_overlap:  # without an overlap nothing hides: ``hidden_host_s`` would be 0.0
             gpu_s = compute + memory + communication_s
             overhead_s -= hidden_host_s(host, host_overlap, gpu_s)
