@@ -778,6 +778,11 @@ def main(argv: list[str]) -> int:
         known = ", ".join(sorted(start.family))
         print(f"error: --families: choose from {known}", file=sys.stderr)
         return 2
+    owned = set(start.family) | set(start.costs)
+    for flag, names in (("--owners", args.owners), ("--cv-owners", args.cv_owners)):
+        if names and not set(names.split(",")) <= owned:
+            print(f"error: {flag}: choose from {', '.join(sorted(owned))}", file=sys.stderr)
+            return 2
     served = None
     if args.served:
         if only is not None:

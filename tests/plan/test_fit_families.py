@@ -26,3 +26,11 @@ def test_unknown_family_is_one_error_line(capsys: pytest.CaptureFixture[str]) ->
     assert fit_published().main(["--families", "volta", "--dry-run", "--no-cv"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --families: choose from ") and "blackwell" in err
+
+
+@pytest.mark.parametrize("flag", ["--owners", "--cv-owners"])
+def test_unknown_owner_is_one_error_line(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt owner refits nothing: refused before any row is simulated."""
+    assert fit_published().main(["--served", flag, "hopper,hoppr", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag}: choose from ") and "trtllm-cpp" in err

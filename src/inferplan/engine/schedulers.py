@@ -71,7 +71,9 @@ class StepDecision:
     """What the scheduler decided for one step."""
 
     sched: IntArray  # tokens per running row, in running order
-    swap_s: float = 0.0  # host-link time of swaps out and in
+    # Seconds added to the step's time: the host-link time of swaps out and in, or (SGLang under
+    # DP attention, which never swaps) the ranks' lockstep (``sglang_ranks.py``).
+    swap_s: float = 0.0
     preempted: bool = False
     prefill_only: bool = False  # a prefill-first step of new prompts
     # The requests it preempted (in the order they were popped) and those it added to the

@@ -129,7 +129,8 @@ class SglangRankedScheduler(SglangScheduler):
         for rank, queue in enumerate(self._queues()):
             self._schedule_rank(rank, queue, now, sched, admitted)
         if admitted:  # off the queue, in admission order
-            rest = [rid for rid in self.waiting.in_order() if rid not in set(admitted)]
+            taken = set(admitted)
+            rest = [rid for rid in self.waiting.in_order() if rid not in taken]
             self.waiting.reorder(admitted + rest)
             for _ in admitted:
                 self.waiting.pop()
