@@ -778,10 +778,10 @@ def main(argv: list[str]) -> int:
         known = ", ".join(sorted(start.family))
         print(f"error: --families: choose from {known}", file=sys.stderr)
         return 2
-    owned = set(start.family) | set(start.costs)
+    known_owners = set(start.family) | set(start.costs)
     for flag, names in (("--owners", args.owners), ("--cv-owners", args.cv_owners)):
-        if names and not set(names.split(",")) <= owned:
-            print(f"error: {flag}: choose from {', '.join(sorted(owned))}", file=sys.stderr)
+        if names and not set(names.split(",")) <= known_owners:
+            print(f"error: {flag}: choose from {', '.join(sorted(known_owners))}", file=sys.stderr)
             return 2
     served = None
     if args.served:
