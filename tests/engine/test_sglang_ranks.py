@@ -90,6 +90,22 @@ def test_one_rank_prefills_while_the_other_decodes() -> None:
     assert second == {0: 0, 1: 1, 2: 8192}  # rank 0 prefills (its decode waits), rank 1 decodes
 
 
+def test_each_rank_decays_its_own_ratio_and_resets_it_idle() -> None:
+    """One request (rank 0) decodes 5 steps: rank 0's new-token ratio decays a step each,
+    idle rank 1 keeps its initial ratio; once rank 0 is idle with an empty queue, the next
+    schedule starts it over (``SglangScheduler``'s reset, per rank)."""
+    replica = _replica([10], [6], ranks=2)
+    sched = replica.scheduler
+    assert isinstance(sched, SglangRankedScheduler)
+    while len(replica.running.ids) or len(replica.waiting):
+        _step(replica)
+    assert sched.ratio_steps_of == [5, 0]  # the prefill step, then 5 decodes
+    assert sched._ratio(0) == pytest.approx(sched.ratio_init - 5 * sched.ratio_decay)
+    assert sched._ratio(1) == sched.ratio_init
+    sched.schedule(replica.now)  # idle since the last step, nothing waiting
+    assert sched.ratio_steps_of == [0, 0] and sched._ratio(0) == sched.ratio_init
+
+
 def test_the_lockstep_takes_the_heaviest_ranks_local_work() -> None:
     replica = _replica([10, 10, 20_000], [50, 50, 5], ranks=2)
     _step(replica)
