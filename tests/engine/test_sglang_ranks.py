@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplan.cli import main
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.engine.sglang_ranks import SglangRankedScheduler, ranked_scheduler
@@ -187,3 +188,14 @@ def test_fast_mode_equals_exact_mode_and_invariants_hold(
     for name in ("first_token_s", "finish_s", "max_itl_s"):
         f, e = getattr(fast.records, name), getattr(exact.records, name)
         np.testing.assert_array_equal(f, e, err_msg=name)
+
+
+def test_a_budget_below_the_ranks_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each rank takes the budget // ranks tokens a step: 1 over 2 ranks leaves none."""
+    argv = "simulate --engine sglang --model Qwen3-30B-A3B --gpu h200 -dp 2"
+    argv += " --enable-expert-parallel --dataset-name random --num-prompts 4"
+    argv += " --random-input-len 100 --random-output-len 20 --max-num-batched-tokens 1"
+    assert main(argv.split()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-num-batched-tokens 1: ") and "at least 2" in err
+    assert err.count("\n") == 1

@@ -73,6 +73,12 @@ class SglangRankedScheduler(SglangScheduler):
         self.rank_blocks = cfg.num_blocks // ranks
         self.rank_budget = cfg.max_num_batched_tokens // ranks
         self.rank_seqs = cfg.max_num_seqs // ranks
+        if self.rank_budget < 1:  # SGLang's chunked_prefill_size // dp_size
+            raise InferplanError(
+                f"--max-num-batched-tokens {cfg.max_num_batched_tokens}: under DP attention each "
+                f"of the {ranks} ranks takes {cfg.max_num_batched_tokens} // {ranks} = 0 tokens a "
+                f"step; give at least {ranks}"
+            )
         num_requests = len(records.requested_tokens)
         self.rank_of = np.zeros(num_requests, dtype=np.int64)
         self.dispatched = np.zeros(num_requests, dtype=bool)
@@ -356,9 +362,14 @@ class SglangRankedScheduler(SglangScheduler):
             tokens = self.waiting.tokens[rid]
             need = tokens + min(int(self.target_tokens[rid]), CLIP_MAX_NEW_TOKENS)
             capacity = int(self.free_tokens(self.rank_blocks))
+            if need < capacity:  # admitted while ``need <= capacity - 1``: not the pool
+                raise InferplanError(
+                    f"--engine sglang: DP-attention rank {rank} admits nothing though its queue "
+                    f"head ({need} KV tokens) fits its pool ({capacity}): a bug, please report"
+                )
             raise InferplanError(
                 f"--engine sglang: a request needs {need} KV tokens (prompt and clipped "
-                f"output), more than one DP-attention rank's pool holds ({capacity}); "
+                f"output), at least one DP-attention rank's pool holds ({capacity}); "
                 "lower --max-model-len or use more memory per rank"
             )
 
