@@ -305,10 +305,7 @@ class SglangRankedScheduler(SglangScheduler):
         if model is None:
             return 0.0
         batches = self._rank_batches(decision)
-        heavy = max(
-            batches,
-            key=lambda b: (b.num_tokens, b.decode_context_tokens, b.prefill_attention_pairs),
-        )
+        heavy = max(batches, key=_load)
         if all(b == heavy for b in batches):
             return 0.0
         union = _sum_batches(batches)
