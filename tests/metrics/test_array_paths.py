@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from inferplan.metrics import histogram, trace_log
-from inferplan.metrics.histogram import EXACT_SUM_MIN, ItlHistogram, exact_sum
+from inferplan.metrics.exact_sum import EXACT_SUM_MIN, exact_sum
+from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.itl_log import ItlBatch, count_bins
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.metrics.trace_log import StepTraceLog

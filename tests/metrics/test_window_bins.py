@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from inferplan.metrics import histogram
-from inferplan.metrics.histogram import ItlHistogram, bins_of, bins_within, exact_sum
+from inferplan.metrics.exact_sum import EXACT_SUM_SPREAD, exact_sum
+from inferplan.metrics.histogram import ItlHistogram, bins_of, bins_within
 
 
 def _arrays(rng: np.random.Generator, edges: np.ndarray) -> list[np.ndarray]:
@@ -47,7 +48,7 @@ def test_exact_sum_from_the_extremes_is_fsum() -> None:
     rng = np.random.default_rng(8)
     arrays = _arrays(rng, ItlHistogram().grid.edges)
     # Exponents spanning exactly the limit and one past it, with the extremes at the ends.
-    for spread in (histogram.EXACT_SUM_SPREAD, histogram.EXACT_SUM_SPREAD + 1):
+    for spread in (EXACT_SUM_SPREAD, EXACT_SUM_SPREAD + 1):
         values = rng.uniform(1.0, 2.0, 900)
         values[0], values[-1] = 0.75, math.ldexp(1.5, spread - 1)
         arrays.append(values)
