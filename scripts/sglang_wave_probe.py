@@ -40,24 +40,14 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from sglang_sharegpt_probes import METRICS as SHOWN  # run from scripts/: the sibling probe
 
 from inferplan.engine import sglang
 from inferplan.engine.frontend import FrontEnd
 from inferplan.plan import published_runs
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 
-LATENCY = (
-    "ttft_mean",
-    "ttft_median",
-    "ttft_p99",
-    "tpot_mean",
-    "tpot_median",
-    "tpot_p99",
-    "itl_mean",
-    "itl_median",
-    "itl_p99",
-)
-SHOWN = (*LATENCY, "output_throughput")
+LATENCY = tuple(m for m in SHOWN if m != "output_throughput")
 
 
 def force_decodes(every: int) -> None:
