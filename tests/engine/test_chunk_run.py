@@ -1,5 +1,5 @@
 """A step and the chunk steps after it in one call (``engine/chunk_run.py``), and a doomed pass
-asked again where the last one ended (``engine/thrash.py``'s ``_ENDED``).
+asked again where the last one ended (``Replica.doomed_mark``, ``engine/thrash.py``).
 
 Both run whole simulations against the loop's own path (``Replica.step`` once per pass of the
 loop; every doomed pass built) and must leave every record, the ITL histogram and the KV trace
@@ -89,19 +89,16 @@ def test_arrivals_are_taken_in_between_chunk_steps() -> None:
     "case", [replace(THRASH, num_requests=60), replace(THRASH, num_requests=60, seed=11)]
 )
 def test_a_pass_asked_again_where_one_ended_takes_nothing(case: Case) -> None:
-    """Where ``_ENDED`` answers, the pass it stands for takes no cycle and leaves the lines as
+    """Where ``doomed_mark`` answers, the pass it stands for takes no cycle and leaves the lines as
     they were; and the run equals one that builds every pass."""
     answered = [0]
     real_cycles = thrash.doomed_cycles
 
     def checking(replica, next_arrival_s):  # type: ignore[no-untyped-def]
-        ended = thrash._ENDED[0]
-        key = thrash._state_key(replica, next_arrival_s)
-        same = ended is not None and ended[0]() is replica and ended[1] == key
-        if same:
+        if replica.doomed_mark == thrash._state_key(replica, next_arrival_s):
             answered[0] += 1
             lines = {k: dict(v[1]) for k, v in thrash._LINES.items()}
-            thrash._ENDED[0] = None  # build the pass it stands for
+            replica.doomed_mark = None  # build the pass it stands for
             assert not real_cycles(replica, next_arrival_s)
             assert {k: dict(v[1]) for k, v in thrash._LINES.items()} == lines
             return False

@@ -150,6 +150,9 @@ class Replica:
         # (steps, clock, rows) after ``chunk_step`` left a prefilling last row: its decoders'
         # scalars and token time still hold where nothing ran since (``engine/chunk_step.py``).
         self.chunk_mark: tuple[int, float, int] | None = None
+        # (steps, clock, arrival bound, free blocks, queue, rows) where the last doomed-head pass
+        # ended (``engine/thrash.py``): asked again there, it takes no cycle.
+        self.doomed_mark: tuple[int, float, float, int, int, int] | None = None
         self.scheduler = SCHEDULERS[cfg.scheduler](
             cfg, self.running, waiting, self.swapped, self.pool, records, prompt_tokens
         )

@@ -28,7 +28,6 @@ roofline step-time model.
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,9 +48,7 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     """Run the doomed-head cycles the replica is in, each whole, all of them starting before
     the next arrival is seen (a step starting within ``same_time_s`` of it sees it) and ending
     before any decoder finishes. False, having done nothing, if not one cycle can run."""
-    key = _state_key(replica, next_arrival_s)
-    ended = _ENDED[0]
-    if ended is not None and ended[0]() is replica and ended[1] == key:
+    if replica.doomed_mark == _state_key(replica, next_arrival_s):
         return False  # a pass ended here: the cycle that ended it cannot run now either
     if not _applies(replica):
         return False
@@ -61,17 +58,14 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     take_cycles(cycles, next_arrival_s, same_time_s)
     if cycles.num_steps:
         cycles.commit()
-    _ENDED[0] = (weakref.ref(replica), _state_key(replica, next_arrival_s))
+    # Where this pass ended (``Replica.doomed_mark``). A pass ends where its next cycle is not
+    # one (``_Cycles._plan``) or does not start in time for the arrival; asked again in the same
+    # state (the loop's next pass, the arrival not yet due) it takes no cycle and changes nothing
+    # (the lines of that cycle were made by the pass: the same are found), so the answer is
+    # known without the pass. Its steps and clock, the queue and pool, and the arrival bound:
+    # nothing else changes the state between two passes of the loop at one replica.
+    replica.doomed_mark = _state_key(replica, next_arrival_s)
     return cycles.num_steps > 0
-
-
-# The replica and state where the last pass ended (``_state_key``). A pass ends where its next
-# cycle is not one (``_Cycles._plan``) or does not start in time for the arrival; asked again
-# in the same state (the loop's next pass, the arrival not yet due) it takes no cycle and
-# changes nothing (the lines of that cycle were made by the pass: the same are found), so the
-# answer is known without the pass. Its steps and clock, the queue and pool, and the arrival
-# bound: nothing else changes the state between two passes of the loop at one replica.
-_ENDED: list[tuple[weakref.ref[Replica], tuple[int, float, float, int, int, int]] | None] = [None]
 
 
 def _state_key(r: Replica, next_arrival_s: float) -> tuple[int, float, float, int, int, int]:
