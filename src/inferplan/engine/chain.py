@@ -64,7 +64,6 @@ Intake = Callable[[float], "float | None"]
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED = 1
-FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 # A chain without own blocks runs its links in one frame (``engine/chainlinks.py``); the
 # methods below stay the path with own blocks and the reference (False: they run every chain).
 LINKS_IN_ONE_FRAME = True
@@ -369,31 +368,18 @@ class _Chain:
         if self.trace_times:  # the segments' records, in order
             r.trace.record_each(self.trace_times, self.trace_blocks)
             r.itl.add_updates(self.itl_updates)
-        if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
-            ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
-            rec.num_preemptions[ids] += 1
-            rec.recomputed_tokens[ids] += np.array(self.victim_computed, dtype=np.int64)
-            gaps = np.array(self.victim_itl)
-            ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
-            rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
-        elif self.victim_ids:  # the same writes in scalars (cheaper for a few victims)
-            preemptions, recomputed = rec.num_preemptions, rec.recomputed_tokens
-            max_itl_s = rec.max_itl_s
-            for rid, computed, gap in zip(
-                self.victim_ids, self.victim_computed, self.victim_itl, strict=True
-            ):
-                preemptions[rid] += 1
-                recomputed[rid] += computed
-                # ``np.fmax`` (a nan gives way) where the victim ran a segment of the chain
-                if gap > -math.inf and not max_itl_s[rid] >= gap:
-                    max_itl_s[rid] = gap
+        if self.implicit:
+            self._commit_rows()  # the victims' records held back with their log gaps
+        elif self.victim_ids:  # ``Scheduler.preempt``'s counts, held back (no request is
+            # a victim twice; ``ImplicitRows.note_victims``)
+            run.rows.note_victims(rec, self.victim_ids, self.victim_computed, self.victim_itl)
         if self.own is not None:
             self.own.commit()
         r.pool.free = self.usable - self.blocks.held(j - 1)
         r.now = self.now
         r.num_steps += j
         if self.implicit:
-            self._commit_rows()
+            self._commit_survivors()
             return
         run.truncate(p)
         if j:
@@ -407,17 +393,31 @@ class _Chain:
             r.finish((run.num_generated >= run.target).nonzero()[0])
 
     def _commit_rows(self) -> None:
-        """``_commit``'s rows with the rows implicit: the victims leave from the tail (their
-        worst gaps from the ITL log as it stood before the chain), the survivors take one ITL
-        log entry (the chain's longest step), ``j`` decode steps with the blocks they crossed,
-        and a token at the chain's end; the same records as the column writes."""
+        """``_commit``'s victims with the rows implicit: they leave from the tail (their worst
+        gaps from the ITL log as it stood before the chain, joined with their gaps in the
+        chain), their records held back (``ImplicitRows.note_victims``)."""
+        run, p = self.r.running, self.p
+        if p < self.n:
+            rows = run.rows
+            gaps = self.victim_itl
+            # The survivors' stored computed sum: the chain's, less their lag (the victims'
+            # computed tokens at the start left it at each pop).
+            rows.leave_chain_tail(p, self.computed_sum - p * self.computed_lag, gaps)
+            rows.note_victims(self.r.records, self.victim_ids, self.victim_computed, gaps)
+            run._resize(p)
+
+    def _commit_survivors(self) -> None:
+        """``_commit``'s survivors with the rows implicit: they take one ITL log entry (the
+        chain's longest step), ``j`` decode steps with the blocks they crossed, and a token at
+        the chain's end; then the finishes; the same records as the column writes."""
         r, p, j = self.r, self.p, self.j
-        run = r.running
-        rows = run.rows
-        run.drop_tail(p)
+        rows = r.running.rows
+        held = self.blocks.held(j - 1)  # the survivors' ceil sum after ``j`` steps
         if j and p:
             rows.itl_mark(self.seg_max_itl)
-            rows.decode(j, self.blocks.held(j - 1) - rows.ceil_sum, p)
+            rows.decode(j, held - rows.ceil_sum, p)
             rows.emitted(self.now)
+        else:
+            rows.ceil_sum = held
         if self.finished:
             r.finish(rows.finished_rows())
