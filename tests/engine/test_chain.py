@@ -22,8 +22,8 @@ from inferplan.engine import chain as chain_module
 from inferplan.engine import simulator as simulator_module
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
-from inferplan.engine.replica import Replica
 from inferplan.engine.chainblocks import TailBlocks
+from inferplan.engine.replica import Replica
 from inferplan.engine.simulator import Simulation, SimulationResult
 from native_mode import pure_only
 

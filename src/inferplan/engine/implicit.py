@@ -397,7 +397,7 @@ class ImplicitRows:
         block, hist, gone, left = self.block, self.hist, self.gone, self.left
         for c in flat[capacity + size : capacity + n].tolist():
             hist[c % block] -= 1
-        for key in left[size:n]:
+        for key in reversed(left[size:]):  # the last row first, as ``leave_tail``
             gone[key] = gone.get(key, 0) + 1
         del left[size:]
         self.known_rows = size
