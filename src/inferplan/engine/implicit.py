@@ -21,6 +21,11 @@ event). Here the fast paths keep, per running set:
   since it joined (``itl_from``), written into the records when the row leaves. Maxima commute,
   so a path that writes ``max_itl_s`` directly (chains, doomed cycles, the general step) gives
   the same record.
+- **A chain's victims' records** (``engine/chain.py``: a preemption each, the tokens it will
+  recompute, its worst gap), held back run-wide and applied ``VICTIMS_HELD`` at a time with
+  ``np.add.at`` / ``np.fmax.at``, and at ``flush_itl`` (the run's end, a replica run apart);
+  a reader of those columns mid-run calls ``flush_victims`` first. Sums and maxima commute, so
+  the records are the same at any moment they are applied.
 
 Reading a lazy column settles it (the pending steps, blocks and times are written, in one numpy
 call each) and forgets the scalars (the reader may write the columns); the next fast path
@@ -38,9 +43,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.metrics.records import RequestRecords
+
 if TYPE_CHECKING:
     from inferplan.engine.running import RunningSet
-    from inferplan.metrics.records import RequestRecords
 
 # Rows of ``RunningSet._ints``: id, computed, tokens, generated, target, held, itl_from.
 _ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = range(7)
