@@ -25,6 +25,7 @@ from inferplan.engine import implicit
 from inferplan.engine.running import RunningSet
 from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.metrics.records import RequestRecords
+from native_mode import attributes
 
 from .test_fast_equals_exact import BASE, Case, _config, _plan_and_model, _workload, cases
 from .test_fused_advances import _assert_identical
@@ -251,7 +252,7 @@ def test_finished_rows_from_the_known_rows_list() -> None:
 
 def _rows_state(run: RunningSet) -> dict[str, object]:
     """Every scalar and list of the implicit rows (the ``gone`` dict's order included)."""
-    state = {k: v for k, v in vars(run.rows).items() if k not in ("run", "max_itl_s")}
+    state = {k: v for k, v in attributes(run.rows).items() if k not in ("run", "max_itl_s")}
     state["gone_order"] = list(run.rows.gone.items())
     return state
 
