@@ -23,6 +23,7 @@ from inferplan.engine import simulator as simulator_module
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.chainblocks import TailBlocks
+from inferplan.engine.replica import Replica
 from inferplan.engine.simulator import Simulation, SimulationResult
 from native_mode import pure_only
 
@@ -37,15 +38,22 @@ from .test_fast_equals_exact import (
 )
 
 
+def preemptions(replica: Replica) -> int:
+    """The replica's records' preemptions so far, the chains' held-back victims applied
+    (``ImplicitRows.flush_victims``: exact at any moment)."""
+    replica.running.rows.flush_victims()
+    return int(replica.records.num_preemptions.sum())
+
+
 def count_chains(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Patch ``preemption_chain`` to count its calls: 1 where it ran a chain with a preemption,
     else 0 (one entry a call)."""
     taken: list[int] = []
 
     def counting(replica, next_arrival_s, *, preempting, intake=None):  # type: ignore[no-untyped-def]
-        before = int(replica.records.num_preemptions.sum())
+        before = preemptions(replica)
         ran = preemption_chain(replica, next_arrival_s, preempting=preempting, intake=intake)
-        taken.append(int(ran and replica.records.num_preemptions.sum() > before))
+        taken.append(int(ran and preemptions(replica) > before))
         return ran
 
     monkeypatch.setattr(simulator_module, "preemption_chain", counting)

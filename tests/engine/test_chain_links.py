@@ -26,7 +26,7 @@ from inferplan.engine.chain import preemption_chain
 from inferplan.engine.replica import Replica
 from native_mode import pure_only
 
-from .test_chain import TAIL, _assert_identical, tail_cases
+from .test_chain import TAIL, _assert_identical, preemptions, tail_cases
 from .test_chain_arrivals import SPREAD, intake_under_every_policy
 from .test_fast_equals_exact import Case, _config, _plan_and_model, _workload
 
@@ -84,17 +84,19 @@ def _run_compared(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int
         nonlocal compared, long_chains
         if replica.pool.cache is not None:
             return preemption_chain(replica, next_arrival_s, preempting=preempting)
+        before = preemptions(replica)  # the held-back victims applied: then the copy
         twin = _twin(replica)
         monkeypatch.setattr(chain_module, "LINKS_IN_ONE_FRAME", False)
         ran_ref = preemption_chain(twin, next_arrival_s, preempting=preempting)
         monkeypatch.setattr(chain_module, "LINKS_IN_ONE_FRAME", True)
-        before = int(replica.records.num_preemptions.sum())
         ran = preemption_chain(replica, next_arrival_s, preempting=preempting)
         assert ran == ran_ref
         if ran:
             compared += 1
-            long_chains += int(replica.records.num_preemptions.sum()) - before >= 2
-            assert _same(_state(replica), _state(twin))
+            assert _same(_state(replica), _state(twin))  # the held-back victims too
+            twin.running.rows.flush_victims()
+            long_chains += preemptions(replica) - before >= 2
+            assert _same(_state(replica), _state(twin))  # and once applied
         return ran
 
     monkeypatch.setattr(simulator_module, "preemption_chain", both)

@@ -14,6 +14,8 @@ run with every fast path reading the columns, bit for bit.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +24,8 @@ from hypothesis import strategies as st
 from inferplan.engine import implicit
 from inferplan.engine.running import RunningSet
 from inferplan.engine.simulator import Simulation, SimulationResult
+from inferplan.metrics.records import RequestRecords
+from native_mode import attributes
 
 from .test_fast_equals_exact import BASE, Case, _config, _plan_and_model, _workload, cases
 from .test_fused_advances import _assert_identical
@@ -248,9 +252,40 @@ def test_finished_rows_from_the_known_rows_list() -> None:
 
 def _rows_state(run: RunningSet) -> dict[str, object]:
     """Every scalar and list of the implicit rows (the ``gone`` dict's order included)."""
-    state = {k: v for k, v in vars(run.rows).items() if k not in ("run", "max_itl_s")}
+    state = {k: v for k, v in attributes(run.rows).items() if k not in ("run", "max_itl_s")}
     state["gone_order"] = list(run.rows.gone.items())
     return state
+
+
+def _built(block: int, ops: list[tuple[str, int]]) -> tuple[RunningSet, np.ndarray]:
+    """A running set after ``ops`` (appends, implicit decodes with an ITL mark, pops), and its
+    records' worst gaps."""
+    max_itl = np.full(_RECORDS, np.nan)
+    run = RunningSet(capacity=2, block_size=block, max_itl_s=max_itl)
+    clock, next_id = 0.0, 0
+    for op, arg in ops:
+        n = len(run)
+        if op == "append" and next_id < _RECORDS:
+            computed = arg * 3 + 1
+            run.append(
+                next_id,
+                computed,
+                computed + 1,
+                1 + arg % 3,
+                5 + arg,
+                -(-computed // block),
+                clock,
+            )
+            next_id += 1
+        elif op == "decode" and n:
+            k = 1 + arg % 20
+            run.rows.decode(k, run.rows.crossings(k), n)
+            run.rows.itl_mark(0.5 + (arg % 7) / 8)
+            clock += 1.0
+            run.rows.emitted(clock)
+        elif op == "pop" and n:
+            run.pop(arg % n)
+    return run, max_itl
 
 
 @settings(max_examples=80, deadline=None)
@@ -261,35 +296,7 @@ def test_the_tail_leaving_in_one_pass_equals_leaving_row_by_row(
     """``RunningSet.drop_tail`` (``ImplicitRows.leave_tail``, a chain's victims) against
     ``ImplicitRows.leave`` of each row from the last: every scalar, list and worst gap."""
     block, ops = case
-    runs = []
-    for _ in range(2):
-        max_itl = np.full(_RECORDS, np.nan)
-        run = RunningSet(capacity=2, block_size=block, max_itl_s=max_itl)
-        clock, next_id = 0.0, 0
-        for op, arg in ops:
-            n = len(run)
-            if op == "append" and next_id < _RECORDS:
-                computed = arg * 3 + 1
-                run.append(
-                    next_id,
-                    computed,
-                    computed + 1,
-                    1 + arg % 3,
-                    5 + arg,
-                    -(-computed // block),
-                    clock,
-                )
-                next_id += 1
-            elif op == "decode" and n:
-                k = 1 + arg % 20
-                run.rows.decode(k, run.rows.crossings(k), n)
-                run.rows.itl_mark(0.5 + (arg % 7) / 8)
-                clock += 1.0
-                run.rows.emitted(clock)
-            elif op == "pop" and n:
-                run.pop(arg % n)
-        runs.append((run, max_itl))
-    (one, one_itl), (each, each_itl) = runs
+    (one, one_itl), (each, each_itl) = _built(block, ops), _built(block, ops)
     size = cut % (len(one) + 1)
     one.drop_tail(size)
     for row in range(len(each) - 1, size - 1, -1):
@@ -297,3 +304,73 @@ def test_the_tail_leaving_in_one_pass_equals_leaving_row_by_row(
     each._resize(size)
     assert _rows_state(one) == _rows_state(each)
     np.testing.assert_array_equal(one_itl, each_itl)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    case=_operations(),
+    cut=st.integers(0, 40),
+    gaps=st.lists(st.sampled_from([-np.inf, 0.25, 0.75, 1.0, 2.0]), min_size=40, max_size=40),
+    held=st.sampled_from([1, 3, implicit.VICTIMS_HELD]),
+)
+def test_a_chains_victims_leave_and_are_recorded_as_row_by_row(
+    case: tuple[int, list[tuple[str, int]]],
+    cut: int,
+    gaps: list[float],
+    held: int,
+) -> None:
+    """``ImplicitRows.leave_chain_tail`` with the survivors' stored computed sum and the
+    victims' chain gaps, then ``note_victims`` (held back, applied by ``flush_itl``, or at
+    ``VICTIMS_HELD`` victims), against ``leave`` of each row from the last and the victims'
+    records written one at a time as ``Scheduler.preempt`` and the chain wrote them: every
+    scalar and list but the ceil sum (the chain sets it), and every record."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(implicit, "VICTIMS_HELD", held)
+        _check_chain_tail(case, cut, gaps)
+
+
+def _check_chain_tail(case: tuple[int, list[tuple[str, int]]], cut: int, gaps: list[float]) -> None:
+    block, ops = case
+    (one, one_itl), (each, each_itl) = _built(block, ops), _built(block, ops)
+    if not len(one):
+        return
+    one.rows.learn()  # every row known, as a chain's ``holds_ceil`` leaves them
+    each.rows.learn()
+    size = cut % len(one)
+    n = len(one)
+    # Pop order (the last row first); ``row_values`` settles nothing. A victim's recomputed
+    # tokens are its computed ones at its pop, some chain steps on (here 3).
+    victims = [one.rows.row_values(row) for row in range(n - 1, size - 1, -1)]
+    ids, computed = [v[0] for v in victims], [v[1] + 3 for v in victims]
+    victim_gaps = gaps[: n - size]
+    # The records' worst gaps are the rows' array (as ``Replica`` builds them).
+    one_rec = replace(RequestRecords.empty(_RECORDS), max_itl_s=one_itl)
+    each_rec = replace(RequestRecords.empty(_RECORDS), max_itl_s=each_itl)
+    for rec in (one_rec, each_rec):
+        rec.num_preemptions[:] = np.arange(_RECORDS) % 3  # earlier preemptions
+        rec.recomputed_tokens[:] = np.arange(_RECORDS) * 7
+    stored_sum = int(one._ints[1, :size].sum())
+    chain_gaps = list(victim_gaps)
+    one.rows.leave_chain_tail(size, stored_sum, chain_gaps)
+    one.rows.note_victims(one_rec, ids, computed, chain_gaps)
+    # The same requests preempted again by a later chain, before the first's are applied.
+    later = [0.25 if i % 2 else -np.inf for i in range(len(ids))]  # below every log gap
+    one.rows.note_victims(one_rec, ids, computed[::-1], list(later))
+    one._resize(size)
+    for again, gap_list in ((computed, victim_gaps), (computed[::-1], later)):
+        for rid, tokens, gap in zip(ids, again, gap_list, strict=True):
+            each_rec.num_preemptions[rid] += 1
+            each_rec.recomputed_tokens[rid] += tokens
+            if gap > -np.inf:
+                each_rec.max_itl_s[rid] = np.fmax(each_rec.max_itl_s[rid], gap)
+    for row in range(n - 1, size - 1, -1):
+        each.rows.leave(row)
+    each._resize(size)
+    one.rows.ceil_sum = each.rows.ceil_sum
+    one.rows.flush_itl()
+    each.rows.flush_itl()
+    state, expected = _rows_state(one), _rows_state(each)
+    assert state.pop("victims_into") is one_rec and expected.pop("victims_into") is None
+    assert state == expected  # the held-back lists empty on both sides
+    for name in ("num_preemptions", "recomputed_tokens", "max_itl_s"):
+        np.testing.assert_array_equal(getattr(one_rec, name), getattr(each_rec, name))

@@ -25,7 +25,9 @@ Everything that leaves a trace (the step-time lines, the arrival bound, the ITL 
 trace, the queue pushes, the victims' counts) is done per segment exactly as the stepwise code does
 it, with the same float expressions in the same order, so results are byte-identical; only the
 columns are written once, at the chain's end, and the segments' ITL series and KV trace records are
-handed over there in one call each (the same updates in the same order). It applies where
+handed over there in one call each (the same updates in the same order). The victims' records
+(a preemption, the tokens to recompute, the worst gap) are held back run-wide and applied in a few
+numpy calls (``ImplicitRows.note_victims``: sums and maxima commute). It applies where
 ``preempting_decode_step`` would pop last-admitted victims: vLLM v1's scheduler (FCFS or SPF queue),
 recompute, a uniform pool without prefix caching (or with own blocks only: the cache's LRU list
 along the chain is ``engine/ownchain.py``'s, and a stretch ends before the step that admits the
@@ -64,7 +66,6 @@ Intake = Callable[[float], "float | None"]
 
 # Rows of ``RunningSet._ints`` (``engine/running.py``).
 _COMPUTED = 1
-FEW_VICTIMS = 16  # a chain's victims written one at a time in scalars (more: as arrays)
 # A chain without own blocks runs its links in one frame (``engine/chainlinks.py``); the
 # methods below stay the path with own blocks and the reference (False: they run every chain).
 LINKS_IN_ONE_FRAME = True
@@ -369,31 +370,17 @@ class _Chain:
         if self.trace_times:  # the segments' records, in order
             r.trace.record_each(self.trace_times, self.trace_blocks)
             r.itl.add_updates(self.itl_updates)
-        if len(self.victim_ids) > FEW_VICTIMS:  # ``Scheduler.preempt``'s counts (no request
-            ids = np.array(self.victim_ids, dtype=np.int64)  # is a victim twice)
-            rec.num_preemptions[ids] += 1
-            rec.recomputed_tokens[ids] += np.array(self.victim_computed, dtype=np.int64)
-            gaps = np.array(self.victim_itl)
-            ran = gaps > -math.inf  # victims of the first step ran no segment of the chain
-            rec.max_itl_s[ids[ran]] = np.fmax(rec.max_itl_s[ids[ran]], gaps[ran])
-        elif self.victim_ids:  # the same writes in scalars (cheaper for a few victims)
-            preemptions, recomputed = rec.num_preemptions, rec.recomputed_tokens
-            max_itl_s = rec.max_itl_s
-            for rid, computed, gap in zip(
-                self.victim_ids, self.victim_computed, self.victim_itl, strict=True
-            ):
-                preemptions[rid] += 1
-                recomputed[rid] += computed
-                # ``np.fmax`` (a nan gives way) where the victim ran a segment of the chain
-                if gap > -math.inf and not max_itl_s[rid] >= gap:
-                    max_itl_s[rid] = gap
+        if self.victim_ids and not self.implicit:  # ``Scheduler.preempt``'s counts, held
+            # back (``ImplicitRows.note_victims``; with the rows implicit: ``_commit_rows``)
+            run.rows.note_victims(rec, self.victim_ids, self.victim_computed, self.victim_itl)
         if self.own is not None:
             self.own.commit()
-        r.pool.free = self.usable - self.blocks.held(j - 1)
+        held = self.blocks.held(j - 1)  # the survivors' blocks after ``j`` steps
+        r.pool.free = self.usable - held
         r.now = self.now
         r.num_steps += j
         if self.implicit:
-            self._commit_rows()
+            self._commit_rows(held)
             return
         run.truncate(p)
         if j:
@@ -406,18 +393,28 @@ class _Chain:
         if self.finished:
             r.finish((run.num_generated >= run.target).nonzero()[0])
 
-    def _commit_rows(self) -> None:
-        """``_commit``'s rows with the rows implicit: the victims leave from the tail (their
-        worst gaps from the ITL log as it stood before the chain), the survivors take one ITL
-        log entry (the chain's longest step), ``j`` decode steps with the blocks they crossed,
-        and a token at the chain's end; the same records as the column writes."""
+    def _commit_rows(self, held: int) -> None:
+        """``_commit``'s rows with the rows implicit (``held``: the survivors' blocks). The
+        victims leave from the tail: their worst gaps from the ITL log as it stood before the
+        chain join their gaps in the chain, and their records are held back
+        (``ImplicitRows.leave_chain_tail``, ``note_victims``). The survivors take one ITL log
+        entry (the chain's longest step), ``j`` decode steps with the blocks they crossed, and
+        a token at the chain's end; then the finishes: the same records as the column writes."""
         r, p, j = self.r, self.p, self.j
         run = r.running
         rows = run.rows
-        run.drop_tail(p)
+        if p < self.n:
+            gaps = self.victim_itl
+            # The survivors' stored computed sum: the chain's (each victim's computed tokens
+            # at the start left it at its pop), less their lag.
+            rows.leave_chain_tail(p, self.computed_sum - p * self.computed_lag, gaps)
+            rows.note_victims(r.records, self.victim_ids, self.victim_computed, gaps)
+            run._resize(p)
         if j and p:
             rows.itl_mark(self.seg_max_itl)
-            rows.decode(j, self.blocks.held(j - 1) - rows.ceil_sum, p)
+            rows.decode(j, held - rows.ceil_sum, p)
             rows.emitted(self.now)
+        else:
+            rows.ceil_sum = held  # ``decode``'s result, without steps
         if self.finished:
             r.finish(rows.finished_rows())

@@ -21,6 +21,11 @@ event). Here the fast paths keep, per running set:
   since it joined (``itl_from``), written into the records when the row leaves. Maxima commute,
   so a path that writes ``max_itl_s`` directly (chains, doomed cycles, the general step) gives
   the same record.
+- **A chain's victims' records** (``engine/chain.py``: a preemption each, the tokens it will
+  recompute, its worst gap), held back run-wide and applied ``VICTIMS_HELD`` at a time with
+  ``np.add.at`` / ``np.fmax.at``, and at ``flush_itl`` (the run's end, a replica run apart);
+  a reader of those columns mid-run calls ``flush_victims`` first. Sums and maxima commute, so
+  the records are the same at any moment they are applied.
 
 Reading a lazy column settles it (the pending steps, blocks and times are written, in one numpy
 call each) and forgets the scalars (the reader may write the columns); the next fast path
@@ -31,11 +36,14 @@ are unchanged bit for bit (``tests/engine/test_implicit_rows.py``).
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+from inferplan.metrics.records import RequestRecords
 
 if TYPE_CHECKING:
     from inferplan.engine.running import RunningSet
@@ -44,6 +52,9 @@ if TYPE_CHECKING:
 _ID, _COMPUTED, _TOKENS, _GENERATED, _TARGET, _HELD, _ITL_FROM = range(7)
 _PRUNE_AT = 1024  # ITL log entries before the ones no running row reads are dropped
 _VECTOR_ROWS = 32  # rows from which ``learn`` runs in numpy rather than a Python loop
+# A chain's victims' record writes held back (``note_victims``) up to this many, then applied
+# in three numpy calls (``flush_victims``): sums and maxima commute, so any moment is exact.
+VICTIMS_HELD = 1 << 15
 
 
 class ImplicitRows:
@@ -69,6 +80,12 @@ class ImplicitRows:
         self._itl_pos: list[int] = []
         self._itl_val: list[float] = []
         self._prune_at = _PRUNE_AT
+        # Chains' victims' record writes not yet applied (``note_victims``): each victim's id,
+        # computed tokens (``recomputed_tokens``) and worst gap (-inf: none), into ``records``.
+        self.victims_into: RequestRecords | None = None
+        self.victim_ids: list[int] = []
+        self.victim_computed: list[int] = []
+        self.victim_gaps: list[float] = []
 
     # ---- settling ---------------------------------------------------------------------------
 
@@ -374,6 +391,68 @@ class ImplicitRows:
         del self.left[known : self.known_rows]
         self.known_rows = known
 
+    def leave_chain_tail(self, size: int, stored_sum: int, gaps: list[float]) -> None:
+        """``leave_tail`` of a chain's victims (``engine/chain.py``; every row known), given
+        what the chain holds: the survivors' stored computed sum, and each victim's worst gap
+        in the chain (``gaps``, -inf: none; in pop order, the last row first), which here takes
+        in its worst gap from the ITL log (``_write_itl``'s), for the caller to hold back with
+        its preemption (``note_victims``). The ceil sum is left: the caller sets it."""
+        run = self.run
+        n = run._size
+        flat, capacity = run._flat, run._capacity
+        block, hist, gone, left = self.block, self.hist, self.gone, self.left
+        for c in flat[capacity + size : capacity + n].tolist():
+            hist[c % block] -= 1
+        for key in reversed(left[size:]):  # the last row first, as ``leave_tail``
+            gone[key] = gone.get(key, 0) + 1
+        del left[size:]
+        self.known_rows = size
+        self.computed_sum = stored_sum
+        held = self.held_rows
+        self.held_rows = held - max(0, min(held, n) - size)
+        held = self.time_rows
+        self.time_rows = held - max(0, min(held, n) - size)
+        if self.max_itl_s is None:
+            return
+        poss, vals = self._itl_pos, self._itl_val
+        end = len(vals)
+        start_at = 6 * capacity + n - 1  # ``_ITL_FROM``'s row of the last victim
+        for v, gap in enumerate(gaps):  # row ``n - 1 - v``
+            i = bisect_left(poss, flat[start_at - v])
+            if i < end and not gap >= vals[i]:
+                gaps[v] = vals[i]
+
+    def note_victims(
+        self, records: RequestRecords, ids: list[int], computed: list[int], gaps: list[float]
+    ) -> None:
+        """A chain's victims' ``Scheduler.preempt`` records (a preemption each, ``computed``
+        tokens to recompute, and the worst gap ``np.fmax``-ed in where above -inf), held back
+        and applied by ``flush_victims``: at ``VICTIMS_HELD`` victims, by ``flush_itl`` (the
+        run's end, ``engine/run_result.py`` and ``engine/apart.py``), or by a reader mid-run."""
+        if records is not self.victims_into:
+            self.flush_victims()
+            self.victims_into = records
+        self.victim_ids += ids
+        self.victim_computed += computed
+        self.victim_gaps += gaps
+        if len(self.victim_ids) >= VICTIMS_HELD:
+            self.flush_victims()
+
+    def flush_victims(self) -> None:
+        """Apply the victims' held-back records (``note_victims``): the same integers and
+        maxima as writing each at its preemption (sums and maxima commute; ``np.fmax``: a nan
+        record gives way)."""
+        rec = self.victims_into
+        if rec is None or not self.victim_ids:
+            return
+        ids = np.array(self.victim_ids, dtype=np.int64)
+        np.add.at(rec.num_preemptions, ids, 1)
+        np.add.at(rec.recomputed_tokens, ids, np.array(self.victim_computed, dtype=np.int64))
+        gaps = np.array(self.victim_gaps, dtype=np.float64)
+        ran = gaps > -math.inf  # victims of a chain's first step ran no segment of it
+        np.fmax.at(rec.max_itl_s, ids[ran], gaps[ran])
+        self.victim_ids, self.victim_computed, self.victim_gaps = [], [], []
+
     # ---- the ITL log ------------------------------------------------------------------------
 
     def itl_mark(self, gap_s: float) -> None:
@@ -397,11 +476,13 @@ class ImplicitRows:
             self.run._ints[_ITL_FROM, first_row:size] = self.itl_length
 
     def flush_itl(self) -> None:
-        """Write every running row's pending worst gap (the run's end)."""
+        """Write every running row's pending worst gap and the victims' held-back records
+        (the run's end)."""
         ints = self.run._ints
         for row in range(self.run._size):
             self._write_itl(int(ints[_ID, row]), int(ints[_ITL_FROM, row]))
             ints[_ITL_FROM, row] = self.itl_length
+        self.flush_victims()
 
     def _write_itl(self, rid: int, start: int) -> None:
         if self.max_itl_s is None:
