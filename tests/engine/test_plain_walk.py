@@ -1,10 +1,9 @@
-"""The FIFO waiting pass walked in place (``plain_admission.admit_plainly``, branch ``admit17``).
+"""The FIFO waiting pass in one frame (``plain_admission.admit_plainly``, branch ``admit17``).
 
-The walk tests each head inline and admits the run of heads together (rows appended one by
-one, or as columns through ``RunningSet.extend`` for a long run); the request-at-a-time pass
-(``admit_stepwise``: ``peek``, ``plain_head_chunk``, ``pop``, ``append``) is the reference. Both
-must leave the same state: chunks, stored rows and token times, buffer growth, free blocks,
-the queue, first-scheduled times and the rows reported to ``RunningSet.appended``.
+The pass tests each head inline (``plain_head_chunk``, the queue's ``peek`` and ``pop``); the
+request-at-a-time pass (``admit_stepwise``: through those calls) is the reference. Both must
+leave the same state: chunks, stored rows and token times, buffer growth, free blocks, the
+queue, first-scheduled times and the rows reported to ``RunningSet.appended``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from hypothesis import strategies as st
 
 from inferplan.engine import plain_admission
 from inferplan.engine.replica import Replica, SchedulerConfig
-from inferplan.engine.running import RunningSet
 
 from .replica_helpers import replica_at_zero
 from .test_head_fit import _FlatModel
@@ -99,10 +97,10 @@ def test_the_walk_equals_the_stepwise_pass(
     assert _pass(walk, budget, walk=True) == _pass(step, budget, walk=False)
 
 
-def test_a_long_run_admitted_as_columns_by_hand() -> None:
-    """Twenty heads of 16 tokens (one block each), the last two resumed: the budget ends in the
-    eighteenth (cut to 3 tokens), so 18 are admitted as columns across the 64-row buffer's
-    doubling, each stored minus the lag."""
+def test_a_long_run_by_hand() -> None:
+    """Twenty heads of 16 tokens, the 17th and 18th resumed (21 tokens): the budget ends in the
+    eighteenth (cut to 3 tokens) and the free blocks in it, so 18 are admitted across the
+    64-row buffer's doubling, each stored minus the lag."""
     cfg = SchedulerConfig(
         max_num_batched_tokens=9000, max_num_seqs=256, block_size=16, num_blocks=19
     )
@@ -123,24 +121,6 @@ def test_a_long_run_admitted_as_columns_by_hand() -> None:
     assert times[50:] == [7.0] * 18
     assert first[50:66] == [7.0] * 16 and first[66:68] == [1.5, 1.5] and first[68] == -1.0
     assert appended == [tuple(column[row] for column in ints) for row in range(50, 68)]
-
-
-def test_extend_equals_append_across_doublings() -> None:
-    for start, count in [(0, 1), (3, 61), (63, 1), (63, 2), (64, 1), (10, 200), (0, 64)]:
-        a, b = RunningSet(64, 16), RunningSet(64, 16)
-        for run in (a, b):
-            run.rows.lag, run.rows.itl_length = 4, 11
-            for rid in range(start):
-                run.append(rid, 5, 6, 1, 9, 1, 0.5)
-            run.appended = []
-        rows = [(start + i, i % 3, 40 + i, i, 50 + i, 3 + i % 2) for i in range(count)]
-        for row in rows:
-            a.append(*row, 2.0)
-        b.extend(tuple(list(column) for column in zip(*rows, strict=True)), 2.0)
-        assert a._ints.shape == b._ints.shape and len(a._times) == len(b._times)
-        assert np.array_equal(a._ints[:, : len(a)], b._ints[:, : len(b)])
-        assert np.array_equal(a._times[: len(a)], b._times[: len(b)])
-        assert a.appended == b.appended and len(a) == len(b) == start + count
 
 
 @pytest.mark.parametrize("policy", ["spf", "priority"])

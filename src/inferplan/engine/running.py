@@ -176,28 +176,6 @@ class RunningSet:
             self.appended.append(stored)
         self._size = row + 1
 
-    def extend(self, columns: tuple[list[int], ...], last_token_s: float) -> None:
-        """``append`` of several rows in order, as columns (``request_id``, ``num_computed``,
-        ``num_tokens``, ``num_generated``, ``target``, ``held_blocks``: a list each), every
-        row's last token time ``last_token_s``: the same buffers, doublings and stored values
-        in a few numpy calls (``plain_admission``'s run of admitted heads)."""
-        row, count = self._size, len(columns[0])
-        while row + count > len(self._times):  # ``append``'s doubling, as often as needed
-            ints = np.zeros((len(_INT_COLUMNS), 2 * len(self._times)), dtype=np.int64)
-            ints[:, :row] = self._ints[:, :row]
-            times = np.zeros(2 * len(self._times), dtype=np.float64)
-            times[:row] = self._times[:row]
-            self._set_buffers(ints, times)
-        rows, end = self.rows, row + count
-        stored = np.array(columns, dtype=np.int64)
-        stored[1:4] -= rows.lag  # stored decode columns lag the pending decode steps
-        self._ints[:6, row:end] = stored
-        self._ints[6, row:end] = rows.itl_length
-        self._times[row:end] = last_token_s
-        if self.appended is not None:
-            self.appended += zip(*stored.tolist(), [rows.itl_length] * count, strict=True)
-        self._size = end
-
     def decode(self, steps: int) -> None:
         """Every row computes, emits and holds ``steps`` more tokens (``num_computed``,
         ``num_tokens`` and ``num_generated`` each grow by ``steps``), in one numpy call."""
