@@ -137,3 +137,11 @@ def test_heap_queues_take_the_stepwise_pass(policy: str) -> None:
     chunks: list[int] = []
     plain_admission.admit_plainly(replica.scheduler, 80, chunks, 0.0, None)
     assert chunks == [32, 48] and replica.running.ids.tolist() == [1, 2]  # by key, not arrival
+
+
+def test_max_num_seqs_cuts_the_pass() -> None:
+    cfg = SchedulerConfig(max_num_batched_tokens=9000, max_num_seqs=5, block_size=4, num_blocks=99)
+    for running, admitted in [(2, 3), (4, 1), (5, 0)]:
+        replica = _replica([8] * 9, [], running, 0, cfg)
+        chunks, (*_, size, fifo, _), _ = _pass(replica, 9000, walk=True)
+        assert chunks == [8] * admitted and size == 5 and fifo == list(range(5, 9))
