@@ -16,8 +16,11 @@ chunk that runs is ``budget - n`` tokens (a chunk that would complete the head n
 cycle); the decoders' blocks grow at the steps where a row crosses a block boundary, counted
 from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
 step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
-what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
-and the head's preemption counts are written once at the end. The pass is planned in segments
+what the exact path records (the KV trace, an ITL sample per decoder, the clock); the decoders'
+state and the head's preemption counts are written once at the end, through the running set's
+implicit rows where it keeps them (``engine/implicit.py``: the decoders read from its scalars and
+committed as ``k`` decode steps, their columns written when next read, so the chain after a pass
+finds its rows known), else into the columns. The pass is planned in segments
 of cycles that keep one plan, a few scalar operations each, and its steps written once
 (``take_cycles``, ``engine/thrashrun.py``), bit for bit one cycle at a time
 (``tests/engine/thrash_reference.py``). It applies
