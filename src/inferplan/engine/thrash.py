@@ -16,8 +16,11 @@ chunk that runs is ``budget - n`` tokens (a chunk that would complete the head n
 cycle); the decoders' blocks grow at the steps where a row crosses a block boundary, counted
 from a histogram of the rows' offsets in their last block; a step's time is its batch shape's
 step-time line (``batch_line``, exact to rounding like a decode stretch's). Each step records
-what the exact path records (the KV trace, an ITL sample per decoder, the clock); the columns
-and the head's preemption counts are written once at the end. The pass is planned in segments
+what the exact path records (the KV trace, an ITL sample per decoder, the clock); the decoders'
+state and the head's preemption counts are written once at the end, through the running set's
+implicit rows where it keeps them (``engine/implicit.py``: the decoders read from its scalars and
+committed as ``k`` decode steps, their columns written when next read, so the chain after a pass
+finds its rows known), else into the columns. The pass is planned in segments
 of cycles that keep one plan, a few scalar operations each, and its steps written once
 (``take_cycles``, ``engine/thrashrun.py``), bit for bit one cycle at a time
 (``tests/engine/thrash_reference.py``). It applies
@@ -38,6 +41,7 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.bounded_cache import keep
 
 if TYPE_CHECKING:
+    from inferplan.engine.implicit import ImplicitRows
     from inferplan.engine.replica import Replica
 
 # ``ndarray.sum``, ``min`` and ``max`` without their Python wrappers: the same reductions.
@@ -91,6 +95,9 @@ def _applies(r: Replica) -> bool:
     _, tokens = r.waiting.peek()
     if tokens <= cfg.max_num_batched_tokens - n or not r.is_decoding():
         return False
+    rows = run.rows
+    if rows.time_rows >= n:  # every row's last token time is the implicit one (no settling)
+        return rows.time_s == r.now
     times = run.last_token_s  # ``min`` and ``max`` as their ufuncs (the same reductions)
     return bool(_min(times) == r.now) and bool(_max(times) == r.now)
 
@@ -123,15 +130,26 @@ class _Cycles:
         self.r, self.n, self.block = r, len(run), cfg.block_size
         self.head, self.tokens = r.waiting.peek()
         self.chunk = cfg.max_num_batched_tokens - self.n
-        self.held = int(_sum(run.held_blocks))
-        self.usable = r.pool.free + self.held  # the decoders' blocks and the free pool
         # Rows by offset in their last block: the row crosses into a new block at step ``s``
         # when ``(computed + s) % block == 0``.
-        by_offset = np.bincount(run.num_computed % self.block, minlength=self.block)
-        self.by_offset = by_offset.tolist()
-        self.by_offset_array = by_offset
-        self.context = int(_sum(run.num_computed)) + self.n  # decode context at step 0
-        self.steps_left = int(_min(run.target - run.num_generated))  # to the first finish
+        self.implicit = _implicit(run.rows, self.n, self.block)
+        if self.implicit:  # from the rows' scalars, their columns left as they are
+            rows = run.rows
+            top = -rows.lag % self.block  # stored offset ``(o - lag) % B`` of offset ``o``
+            self.by_offset = rows.hist[top:] + rows.hist[:top]
+            self.held = rows.ceil_sum
+            self.context = rows.computed_sum + self.n * (rows.lag + 1)
+            self.steps_left = rows.fewest_left()
+        else:
+            self.held = int(_sum(run.held_blocks))
+            self.by_offset = np.bincount(
+                run.num_computed % self.block, minlength=self.block
+            ).tolist()
+            self.context = int(_sum(run.num_computed)) + self.n  # decode context at step 0
+            self.steps_left = int(_min(run.target - run.num_generated))  # to the first finish
+        self.by_offset_array = np.array(self.by_offset)
+        self.held_start = self.held
+        self.usable = r.pool.free + self.held  # the decoders' blocks and the free pool
         self.now, self.num_steps = r.now, 0
         # Every step's time, in order, as the runs and cycles gave them (``all_durations``).
         self.durations: list[np.ndarray] = []
@@ -200,6 +218,9 @@ class _Cycles:
 
     def commit(self) -> None:
         """Write the cycles into the replica: decoders' columns, the pool, the head's counts."""
+        if self.implicit:
+            self._commit_implicit()
+            return
         r, k = self.r, self.num_steps
         run, rec = r.running, r.records
         computed, held = run.num_computed, run.held_blocks
@@ -217,3 +238,34 @@ class _Cycles:
         rec.recomputed_tokens[self.head] += self.recomputed
         r.now = self.now
         r.num_steps += k
+
+    def _commit_implicit(self) -> None:
+        """``commit`` through the rows' implicit state (``engine/implicit.py``): ``k`` decode
+        steps of every row (``lag``), each then holding ``ceil(computed / B)`` blocks, every row
+        emitting at the pass's end, and its longest step on the ITL log (a row's worst gap,
+        written when it leaves: the same maximum as ``np.fmax`` into the records now). The
+        columns are written when next read, as after a stretch; the scalars stay known."""
+        r, k = self.r, self.num_steps
+        rows = r.running.rows
+        rows.decode(k, self.held - self.held_start, self.n)
+        r.pool.free = self.usable - self.held
+        rows.emitted(self.now)
+        durations = self.all_durations()
+        rows.itl_mark(float(_max(durations)))
+        r.itl.add_many(durations, float(self.n))  # every decoder, every step
+        rec = r.records
+        rec.num_preemptions[self.head] += self.num_cycles
+        rec.recomputed_tokens[self.head] += self.recomputed
+        r.now = self.now
+        r.num_steps += k
+
+
+def _implicit(rows: ImplicitRows, n: int, block: int) -> bool:
+    """Whether the pass may read and write the rows through their implicit scalars: a uniform
+    pool's rows (``rows.block``), all ``n`` known (learnt here where they are not), each
+    holding ``ceil(computed / B)`` blocks."""
+    if rows.block != block or block <= 0:
+        return False
+    if rows.known_rows != n:
+        rows.learn()
+    return rows.ceil_held
