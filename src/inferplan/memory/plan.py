@@ -22,6 +22,13 @@ Two estimates stand in for what vLLM measures at start-up (see ``docs/modeling.m
 - non-torch memory: 0.5 GiB of CUDA context and library workspaces per device, plus 0.5 GiB of
   communication buffers (NCCL, custom all-reduce) when the replica spans several devices.
 
+Under TensorRT-LLM's rule a routed-expert layer's part of that peak is its fused-MoE kernel's
+workspace for the rows its warm-up runs (``trtllm_moe_workspace_bytes``): ``KvCacheCreator``'s
+dummy requests fill ``max_num_tokens`` on every attention-DP rank, and the MoE layer runs on
+all ranks' tokens gathered, ``max_num_tokens x dp_size`` rows (``moe_max_num_tokens``' default,
+no chunking), so an attention-DP replica's warm-up peak, and the memory its KV pool loses,
+grows with the ranks.
+
 A DeepSeek sparse-attention layer (``specs/sparse.py``) also caches its lightning indexer's
 FP8 key and scale for every token the pool holds, in the KV dtype's stead: SGLang counts them in
 its cell size (``model_runner.py`` ``profile_max_num_token``, ``NSATokenToKVPool``), vLLM as one
@@ -163,16 +170,44 @@ def weight_formats_for(spec: ModelSpec, quantization: str | None) -> WeightForma
     return WeightFormats(linear=linear, experts=fmt, other=base)
 
 
+def trtllm_moe_workspace_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) -> float:
+    """The largest routed-expert layer's buffers in TensorRT-LLM's warm-up forward: its fused
+    MoE (``cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu``
+    ``getWorkspaceDeviceBufferSizes``) on ``rows = max_num_tokens x attention_dp`` tokens (the
+    gathered tokens of every attention-DP rank; ``fused_moe`` ``moe_max_num_tokens``), each
+    copied to its ``k`` experts: the permuted input and the FC2 output share one buffer (BF16
+    ``H``), the gated FC1 output (BF16 ``2 I``) and the activation (``I``, at most 2 bytes)
+    another's worth, so ``k rows (2 H + 6 I)`` bytes; beside them the gathered input, the
+    combined output and its reduce-scatter copy, ``3 rows H`` at 2 bytes at most (``I``: one
+    expert's width on its rank, the whole width under expert parallelism). 0 without experts."""
+    rows = cfg.max_num_batched_tokens * par.attention_dp
+    hidden = spec.hidden_size
+    peak = 0.0
+    for group in spec.layer_groups:
+        ffn = group.ffn
+        if ffn.kind != "moe" or ffn.num_experts_per_tok < 1:
+            continue
+        inter = ffn.intermediate_size / (1 if par.enable_expert_parallel else par.tp)
+        per_copy = 2 * hidden + 6 * inter
+        peak = max(peak, rows * (ffn.num_experts_per_tok * per_copy + 3 * 2 * hidden))
+    return peak
+
+
 def activation_peak_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) -> float:
-    """Estimated peak of the profiling forward pass plus the sampler (see module docstring)."""
+    """Estimated peak of the profiling forward pass plus the sampler (see module docstring).
+    Under TensorRT-LLM's rule (``kv_cache_free_gpu_mem_fraction`` set) a routed-expert layer's
+    part is its fused-MoE workspace on the gathered tokens (``trtllm_moe_workspace_bytes``)."""
     tokens = cfg.max_num_batched_tokens
     hidden = spec.hidden_size
+    trtllm = cfg.kv_cache_free_gpu_mem_fraction is not None
     widest = 0
     for group in spec.layer_groups:
         att, ffn = group.attention, group.ffn
         qkv = (att.num_heads * att.head_dim + 2 * max(att.num_kv_heads, 1) * att.head_dim) / par.tp
         if ffn.kind == "dense":
             mlp = ffn_matrices(ffn) * ffn.intermediate_size / par.tp
+        elif trtllm:
+            mlp = 0.0  # the fused MoE's workspace, below
         else:  # MoE, or no FFN (no experts per token: 0)
             per_copy = (
                 ffn_matrices(ffn)
@@ -183,6 +218,9 @@ def activation_peak_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryConfig) 
         widest = max(widest, int(qkv), int(mlp))
     act_bytes = 2.0
     forward = tokens * act_bytes * (2 * hidden + widest)
+    if trtllm:
+        stream = tokens * act_bytes * 2 * hidden
+        forward = max(forward, stream + trtllm_moe_workspace_bytes(spec, par, cfg))
     sampler = SAMPLER_FP32_COPIES * 4.0 * min(cfg.max_num_seqs, tokens) * spec.vocab_size
     return forward + sampler
 
