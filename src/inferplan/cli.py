@@ -47,6 +47,7 @@ from inferplan.engine.session import (
     SCHEDULERS,
     ServingOptions,
     rejection_counts,
+    sglang_radix_note,
 )
 from inferplan.errors import DoesNotFitError, InferplanError
 from inferplan.limits import (
@@ -310,6 +311,8 @@ def simulate(
         deployment, plan, requests, options, classpool, moe_skew, percentiles, slo_ms, json_out
     )
     show(summary, json_out, simulate_tables)
+    if note := sglang_radix_note(plan, requests, options):
+        click.echo(f"note: {note}", err=True)
     if summary["rejected"]:
         _note_rejections(summary, rejection_counts(plan, requests, options))
 

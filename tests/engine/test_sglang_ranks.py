@@ -5,6 +5,7 @@ seconds, its one-line error; fast == exact and the invariants on random workload
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from inferplan.cli import main
 from inferplan.engine.replica import Replica, SchedulerConfig
-from inferplan.engine.session import ServingOptions, simulation_config
+from inferplan.engine.session import ServingOptions, sglang_radix_note, simulation_config
 from inferplan.engine.sglang_ranks import SglangRankedScheduler, ranked_scheduler
 from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
@@ -199,3 +200,61 @@ def test_a_budget_below_the_ranks_is_a_one_line_error(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert err.startswith("error: --max-num-batched-tokens 1: ") and "at least 2" in err
     assert err.count("\n") == 1
+
+
+def test_a_rank_that_retracts_reestimates_its_own_ratio_only() -> None:
+    """Rank 0 holds four decoding requests in 266 of its 268 tokens (the pooled scheduler's
+    retraction test, ``test_sglang.py``), rank 1 one request with room to spare. Rank 0 retracts
+    its 120-token prompt (fewest generated, then the longest prompt) and re-estimates its ratio
+    over its three left, before this step's tokens: (3 + 1 + 5 + 20 x 3) / (300 + 1). Rank 1
+    decodes and decays its own ratio by the step; rank 0's starts over from the estimate."""
+    prompts, generated = [50, 80, 120, 10, 10], [3, 1, 1, 5, 2]
+    cfg = SchedulerConfig(
+        max_num_batched_tokens=8192 * 2,
+        max_num_seqs=64 * 2,
+        block_size=1,
+        num_blocks=268 * 2,
+        scheduler=ranked_scheduler(2),
+    )
+    replica = replica_at_zero(prompts, [100] * 5, cfg, _Linear())
+    run, sched = replica.running, replica.scheduler
+    assert isinstance(sched, SglangRankedScheduler)
+    for rid, (p, g) in enumerate(zip(prompts, generated, strict=True)):
+        run.append(rid, p + g - 1, p + g, g, 100, p + g - 1, 0.0)
+    sched.rank_of[:] = [0, 0, 0, 0, 1]
+    sched.dispatched[:] = True
+    sched.ratio_steps_of[:] = [10, 10]  # both ranks decayed 10 steps so far
+    replica.pool.free = 268 * 2 - int(run.held_blocks.sum())
+    assert _step(replica) == {0: 1, 1: 1, 3: 1, 4: 1}
+    assert replica.records.num_preemptions.tolist() == [0, 0, 1, 0, 0]
+    assert sched._ratio(0) == pytest.approx(69 / 301)
+    assert sched.ratio_steps_of == [0, 11]
+    assert sched._ratio(1) == pytest.approx(sched.ratio_init - 11 * sched.ratio_decay)
+
+
+def test_simulate_notes_that_the_radix_cache_is_off_under_dp_attention(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Shared prefixes on SGLang under DP attention: one line on stderr says no prefix hit is
+    counted (one radix tree per rank, not emulated)."""
+    argv = "simulate --engine sglang --model Qwen3-30B-A3B --gpu h200 -dp 2"
+    argv += " --enable-expert-parallel --dataset-name random --num-prompts 4"
+    argv += " --random-input-len 100 --random-output-len 20 --random-prefix-len 50 --json"
+    assert main(argv.split()) == 0
+    err = capsys.readouterr().err
+    assert "note: SGLang's radix cache is not emulated under DP attention (2 ranks" in err
+
+
+def test_the_radix_note_only_where_the_cache_would_have_applied() -> None:
+    plan = dp_plan()  # 8 DP-attention ranks
+    wl = _workload(4, 100, 20, math.inf, 0)
+    shared = replace(wl, prefix_hashes=((1, 2),) * 4, prefix_block_tokens=16)
+    sglang = ServingOptions(engine="sglang")
+    assert "8 ranks" in (sglang_radix_note(plan, shared, sglang) or "")
+    assert sglang_radix_note(plan, wl, sglang) is None  # nothing shared to hit
+    off = ServingOptions(engine="sglang", enable_prefix_caching=False)
+    assert sglang_radix_note(plan, shared, off) is None
+    assert sglang_radix_note(plan, shared, ServingOptions(engine="vllm")) is None
+    one_rank = replace(plan, parallelism=replace(plan.parallelism, dp=1))
+    assert one_rank.parallelism.attention_dp == 1
+    assert sglang_radix_note(one_rank, shared, sglang) is None

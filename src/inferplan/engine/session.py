@@ -230,6 +230,22 @@ def rejection_counts(
     return {reason: n for reason, n in counts.items() if n}
 
 
+def sglang_radix_note(plan: MemoryPlan, workload: Workload, options: ServingOptions) -> str | None:
+    """What ``simulate`` tells a user whose SGLang run under DP attention has shared prefixes:
+    SGLang keeps one radix tree per DP-attention rank, which the per-rank scheduler
+    (``sglang_ranks.py``) does not emulate, so no prefix hit is counted there (every prompt is
+    prefilled in full). None where the radix cache would not have applied anyway."""
+    dpa = plan.parallelism.attention_dp
+    if options.engine != "sglang" or dpa <= 1 or not options.prefix_caching:
+        return None
+    if workload.prefix_hashes is None:
+        return None
+    return (
+        f"SGLang's radix cache is not emulated under DP attention ({dpa} ranks, one tree each): "
+        "no prefix hits are counted, every prompt is prefilled in full"
+    )
+
+
 def served_workload(
     workload: Workload, options: ServingOptions, sim_cfg: SimulationConfig
 ) -> Workload:

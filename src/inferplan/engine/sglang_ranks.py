@@ -22,10 +22,11 @@ and 0.5.6.post2 wheels, ``srt/managers``):
 Everything per rank is the pooled ``SglangScheduler``'s rule (``engine/sglang.py``) on that
 rank's rows, queue and pool. Not emulated here: the radix cache (SGLang keeps one tree per
 rank; ``replica.prefix_cache_for`` gives this scheduler none, so prefix hits are not counted
-under DP attention), and the attention's imbalance between ranks within a step (the union's
-even split times it). The replica runs these steps one at a time (``session.py`` sets exact
-mode: the closed-form stretches and vector steps assume one pooled scheduler), so fast mode is
-exact mode here.
+under DP attention, which ``simulate`` notes on stderr where the workload shares prefixes:
+``session.sglang_radix_note``), and the attention's imbalance between ranks within a step
+(the union's even split times it). The replica runs these steps one at a time
+(``session.py`` sets exact mode: the closed-form stretches and vector steps assume one pooled
+scheduler), so fast mode is exact mode here.
 """
 
 from __future__ import annotations
