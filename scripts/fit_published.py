@@ -106,7 +106,21 @@ COST_BOUNDS: dict[str, tuple[float, float]] = {
     # DeepSeek-R1 (hottest expert 11.9x the mean; docs/moe.md section 5); at 1.0 every token
     # picks the hottest of 128 or 256 experts (16-32x the mean), beyond any measurement.
     "routing_skew": (0.0, 1.0),
+    # A Grace host's per-step work against an x86 server's (perf/overlap.py on_host): no faster
+    # (the superchips' Neoverse V2 cores against the HGX servers' Xeons) and at most 3x slower.
+    "grace_host": (1.0, 3.0),
 }
+# Host costs that are the release's facts, not fitted (``--overlap-scheduler``: the PyTorch
+# backend's overlap scheduler, which trtllm-bench turns on in 0.19 and which is on by default
+# from 0.20 on, runs step n + 1's host work while the GPU runs step n: host_overlap 1;
+# docs/validation.md, grace17). Empty by default: host_overlap is fitted.
+PYTORCH_RELEASES = ("trtllm-pytorch",)
+RELEASE_FIXED: dict[str, dict[str, float]] = {}
+OVERLAP_SCHEDULER = {release: {"host_overlap": 1.0} for release in PYTORCH_RELEASES}
+# Host costs fitted for some releases only: none by default; with ``--overlap-scheduler`` the
+# Grace host's speed on the PyTorch backend's Python executor (``grace_host``; the C++ flow's
+# only Grace rows are GH200's 18).
+RELEASE_ONLY: dict[str, tuple[str, ...]] = {"grace_host": ()}
 DATA = Path("src/inferplan/perf/data/efficiency")
 COSTS_FILE = Path("src/inferplan/plan/data/published_cpu_costs.yaml")
 
@@ -163,6 +177,7 @@ SLOPE_STEPS: dict[str, float] = {
     "layer_overhead_s": 5e-6,
     "host_overlap": 0.1,
     "routing_skew": 0.1,
+    "grace_host": 0.1,
 }
 
 
@@ -178,6 +193,17 @@ def with_variable(c: Constants, name: str, value: float) -> Constants:
     if owner in c.family:
         return _set_family(owner)(c, key, value)
     return _set_release(owner)(c, key, value)
+
+
+def release_bounds(release: str) -> dict[str, tuple[float, float]]:
+    """The host costs fitted for ``release``: ``COST_BOUNDS`` less its fixed ones and those
+    fitted for another release only."""
+    fixed = RELEASE_FIXED.get(release, {})
+    return {
+        k: b
+        for k, b in COST_BOUNDS.items()
+        if k not in fixed and release in RELEASE_ONLY.get(k, (release,))
+    }
 
 
 def owner_of(row: PublishedRow, owner: str) -> bool:
@@ -429,22 +455,25 @@ def fit(
     owners: set[str] | None = None,
 ) -> Constants:
     """Block coordinate descent: each release's host costs on its rows, then each family's
-    fractions on its rows, ``rounds`` times. ``only``: just those families' fractions, every
-    other constant as ``start`` has it. ``served``: the served runs' rows join each block's
-    loss (their release's or GPU family's), linearised. ``owners``: just these families' and
-    releases' constants."""
+    fractions on its rows, ``rounds`` times. ``only``: just those families' fractions and
+    releases' host costs, every other constant as ``start`` has it. ``served``: the served
+    runs' rows join each block's loss (their release's or GPU family's), linearised.
+    ``owners``: just these families' and releases' constants."""
     constants = start
     if served is not None and served.balance == "overall":
         served = replace(served, totals=engine_totals(rows, served))
     for _ in range(rounds):
-        for release in sorted(constants.costs) if only is None else []:
+        for release in (
+            sorted(constants.costs) if only is None else sorted(only & set(constants.costs))
+        ):
             if owners is not None and release not in owners:
                 continue
             mine = [r for r in rows if engine_release(r) == release]
             part = served.block(_of_release(release)) if served else None
             if mine or part:
                 setter = _set_release(release)
-                constants = _descend(mine, constants, COST_BOUNDS, setter, steps, part)
+                bounds = release_bounds(release)
+                constants = _descend(mine, constants, bounds, setter, steps, part)
         for family in sorted(constants.family):
             if (only is not None and family not in only) or (owners and family not in owners):
                 continue
@@ -613,7 +642,9 @@ def costs_yaml(costs: dict[str, dict[str, float]], served: bool = False) -> str:
         "# family's fractions: TensorRT-LLM's C++ engine flow (0.14, 0.17) and its PyTorch",
         "# backend (0.19 on). They replace the family's step_overhead_s and per_seq_overhead_s.",
         "# routing_skew: the Zipf exponent of expert popularity where a run states no routing",
-        "# (perf/moe.py default_routing), fitted on the same rows.",
+        "# (perf/moe.py default_routing), fitted on the same rows. grace_host (where given):",
+        "# the release's host work on a Grace-hosted part (GB200, GB300) against an x86",
+        "# server's (perf/overlap.py on_host; --overlap-scheduler, not committed).",
     ]
     if served:
         lines.append("# --served: with the served runs' rows (TensorRT-LLM 0.14 on Triton's here).")
@@ -652,16 +683,24 @@ def start_constants(rows: list[PublishedRow]) -> Constants:
         "host_overlap": 0.0,
         "routing_skew": 0.0,
     }
-    return Constants(family, {str(r): dict(base) for r in sorted(releases, key=str)})
+    costs = {}
+    for release in sorted(releases, key=str):
+        mine = {**base, **RELEASE_FIXED.get(str(release), {})}
+        mine.update({k: 1.0 for k, owners in RELEASE_ONLY.items() if release in owners})
+        costs[str(release)] = mine
+    return Constants(family, costs)
 
 
 def committed_constants(rows: list[PublishedRow], refit: set[str]) -> Constants:
     """The committed family files and release costs, the ``refit`` families back at the priors
-    (``--families``: refit some families without moving the others or the host costs)."""
+    (``--families``: refit some families without moving the others or the host costs), each
+    release's fixed costs (``RELEASE_FIXED``) as they are."""
     prior = start_constants(rows)
     family = {f: prior.family[f] if f in refit else bundled_efficiency(f) for f in prior.family}
     committed = release_cpu_costs()
-    costs = {r: {**v, **committed.get(r, {})} for r, v in prior.costs.items()}
+    costs = {
+        r: {**v, **committed.get(r, {}), **RELEASE_FIXED.get(r, {})} for r, v in prior.costs.items()
+    }
     return Constants(family, costs)
 
 
@@ -698,8 +737,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--families",
         help="In-sample fit of these families only (comma-separated, e.g. blackwell,ada), "
-        "from the priors; the other families and the release costs stay as committed, and "
-        "only these files are written. The cross-validation still fits everything per fold.",
+        "from the priors, and of the releases named beside them (e.g. trtllm-pytorch), from "
+        "the committed file; every other constant stays as committed, and only these files "
+        "are written. The cross-validation still fits everything per fold.",
     )
     parser.add_argument(
         "--per-hop",
@@ -711,6 +751,13 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="Fit gemm_half_outputs, the SM-occupancy ramp of TP-sharded GEMMs "
         "(perf/gemm_shape.py)",
+    )
+    parser.add_argument(
+        "--overlap-scheduler",
+        action="store_true",
+        help="The PyTorch backend's host work behind the GPU's (host_overlap 1, not fitted) and "
+        "its speed on a Grace host fitted (grace_host); tried, not committed (docs/validation.md, "
+        "grace17)",
     )
     parser.add_argument(
         "--collectives-only",
@@ -766,6 +813,9 @@ def main(argv: list[str]) -> int:
         FIT_BOUNDS["collective_latency_s"] = PER_HOP_BOUNDS
     if args.gemm_shape:
         FIT_BOUNDS["gemm_half_outputs"] = GEMM_SHAPE_BOUNDS
+    if args.overlap_scheduler:
+        RELEASE_FIXED.update(OVERLAP_SCHEDULER)
+        RELEASE_ONLY["grace_host"] = PYTORCH_RELEASES
     if args.collectives_only:
         return collectives_only(args.rounds, args.steps)
     if args.jobs < 1:
@@ -774,8 +824,8 @@ def main(argv: list[str]) -> int:
     rows = fit_rows()
     start = start_constants(rows)
     only = set(args.families.split(",")) if args.families else None
-    if only is not None and not only <= set(start.family):
-        known = ", ".join(sorted(start.family))
+    if only is not None and not only <= set(start.family) | set(start.costs):
+        known = ", ".join(sorted(set(start.family) | set(start.costs)))
         print(f"error: --families: choose from {known}", file=sys.stderr)
         return 2
     known_owners = set(start.family) | set(start.costs)
@@ -865,7 +915,8 @@ def main(argv: list[str]) -> int:
             mine = [r for r in in_sample if family_of(r.row) == family]
             theirs = sum(family_of(r) == family for r in served.rows) if served else 0
             (DATA / f"{family}.yaml").write_text(family_yaml(family, eff, mine, theirs))
-        if only is None and (owners is None or owners & set(fitted.costs)):
+        refit_costs = owners if only is None else only
+        if refit_costs is None or refit_costs & set(fitted.costs):
             COSTS_FILE.write_text(costs_yaml(fitted.costs, served is not None))
     if not args.no_cv:
         title = f"Cross-validated ({args.folds}-fold by configuration)"

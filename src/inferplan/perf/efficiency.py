@@ -37,6 +37,9 @@ FAMILY_OF_ARCHITECTURE = {
 # constants (or .inf, which YAML accepts).
 MAX_OVERHEAD_S = 1.0
 MAX_ROUTING_SKEW = 5.0  # the Zipf exponents perf/moe.py accepts
+# A host CPU's per-step work against an x86 server's (``grace_host``): a sanity range, a factor
+# of four either way.
+MIN_HOST_SPEED = 0.25
 MAX_TILE_ROWS = 256.0  # the largest query tile of the attention kernels modelled (FA2/FA3: 64-128)
 # Output elements at which SM occupancy halves a TP-sharded GEMM (perf/gemm_shape.py): a
 # sanity limit for hand-edited files, 16 waves of 128 x 256 tiles on the bundled part with the
@@ -64,6 +67,7 @@ class _EfficiencyFile(BaseModel):
     moe_gemm: float = Field(default=1.0, gt=0, le=1)
     mixed_decode_rows: float = Field(default=1.0, ge=1, le=MAX_TILE_ROWS)
     gemm_half_outputs: float = Field(default=0.0, ge=0, le=MAX_HALF_OUTPUTS)
+    grace_host: float = Field(default=1.0, ge=MIN_HOST_SPEED, le=1 / MIN_HOST_SPEED)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,11 @@ class Efficiency:
     # TP-sharded GEMM's efficiency (perf/gemm_shape.py): its half-efficiency rows grow as
     # the rank's matrices narrow. 0: the ramp depends on the rows only.
     gemm_half_outputs: float = 0.0
+    # The host's per-step and per-sequence work (step_overhead_s, per_seq_overhead_s) on a
+    # Grace-hosted part (GpuSpec.host_cpu "grace": GH200, GB200, GB300), as a multiple of the
+    # x86 host's the costs are stated for; an engine release's constant (perf/overlap.py
+    # ``on_host``). 1: the same host speed.
+    grace_host: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

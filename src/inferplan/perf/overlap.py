@@ -4,14 +4,34 @@ TensorRT-LLM's PyTorch executor prepares step ``n + 1`` (scheduling, input prepa
 GPU runs step ``n``: that share of the host's per-step cost is hidden behind the GPU's work, as
 far as the GPU's work lasts. ``Efficiency.host_overlap`` is the share that can hide (0: the host
 and the GPU take turns, as the step-time model has always assumed).
+
+The host's speed is the host CPU's: a release's costs are stated for an x86 server's host, and
+on a Grace-hosted part (GH200, GB200, GB300: ``GpuSpec.host_cpu``) they take
+``Efficiency.grace_host`` times as long (``on_host``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.efficiency import Efficiency
+from inferplan.specs.hardware import GpuSpec
+
+
+def on_host(eff: Efficiency, gpu: GpuSpec) -> Efficiency:
+    """``eff`` with its host work (per step and per sequence) at ``gpu``'s host CPU's speed:
+    ``grace_host`` times the stated costs on a Grace-hosted part, then ``grace_host`` 1 (the
+    costs are that host's now: applying it twice changes nothing). Other parts: ``eff``."""
+    if gpu.host_cpu != "grace" or eff.grace_host == 1.0:
+        return eff
+    return replace(
+        eff,
+        step_overhead_s=eff.step_overhead_s * eff.grace_host,
+        per_seq_overhead_s=eff.per_seq_overhead_s * eff.grace_host,
+        grace_host=1.0,
+    )
 
 
 def host_s(eff: Efficiency, batch: StepBatch, ranks: int) -> float:

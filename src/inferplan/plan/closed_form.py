@@ -11,7 +11,12 @@ Under attention DP an expert-parallel MoE layer exchanges its tokens the way Ten
 PyTorch backend does (``perf/moe_comm.py`` ``trtllm_moe_exchange``: an all-gather of the
 quantised activations and a reduce-scatter of the BF16 output, unless the group is a multi-node
 NVLink domain with more EP ranks than ``top_k``), not the generic all-to-all
-(``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``)."""
+(``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``).
+
+The host's per-step work runs at the host CPU's speed (``perf/overlap.py`` ``on_host``: a
+Grace-hosted GB200 or GB300 takes the release's ``grace_host`` times an x86 server's; 1, the
+same, as committed: the refit with the overlap scheduler's ``max(GPU, host)`` did not
+cross-validate better, docs/validation.md ``grace17``)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import math
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.moe_comm import trtllm_moe_exchange
+from inferplan.perf.overlap import on_host
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 
@@ -142,6 +148,8 @@ def steady_state_throughput(
     exchange = bench_exchange(plan)
     if exchange is not None and isinstance(step, RooflineModel):
         step.moe_exchange = exchange  # the run's own model (``published_runs.run_step_model``)
+    if isinstance(step, RooflineModel):  # before its first step: nothing is cached from it
+        step.eff = on_host(step.eff, plan.gpu)
     cfg = plan.config
     pp = plan.parallelism.pp
     ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1

@@ -30,6 +30,7 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.cudagraph import CudaGraphs
 from inferplan.perf.efficiency import Efficiency
+from inferplan.perf.overlap import on_host
 from inferplan.plan.served import served_efficiency, served_graphs
 from inferplan.plan.trtllm_serve import serve_efficiency
 
@@ -58,9 +59,11 @@ def runtime_efficiency(
 ) -> Efficiency:
     """``family`` as ``engine`` runs ``plan``: ``plan/served.py``'s constants, then, for
     ``trtllm-serve``, its own host costs and kernel factor behind the overlap scheduler (as
-    ``validate`` predicts a ``trtllm-serve`` row)."""
+    ``validate`` predicts a ``trtllm-serve`` row); TensorRT-LLM's host work at the host CPU's
+    speed (``perf/overlap.py`` ``on_host``: a Grace-hosted part's ``grace_host``)."""
     eff = served_efficiency(family, plan, engine)
-    return serve_efficiency(eff, plan) if is_serve(engine, runtime) else eff
+    eff = serve_efficiency(eff, plan) if is_serve(engine, runtime) else eff
+    return on_host(eff, plan.gpu) if engine == "trtllm" else eff
 
 
 def runtime_graphs(plan: MemoryPlan, engine: str, runtime: str | None = None) -> CudaGraphs | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -105,6 +105,7 @@ class _Accelerator(BaseModel):
     tdp_w: float | None = Field(default=None, gt=0, le=1e6)
     cloud_prices_usd_per_gpu_hour: list[dict[str, Any]] = Field(default_factory=list)
     attention_prefill_speedup: float = Field(default=1.0, ge=1.0, le=4.0)
+    host_cpu: Literal["x86", "grace"] = "x86"
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class GpuSpec:
     # The prefill attention core's rate against its efficiency family's parts: Blackwell Ultra
     # doubles the SFU's exponentials (softmax) over Blackwell (catalog comment cites NVIDIA).
     attention_prefill_speedup: float = 1.0
+    # The CPU that runs the engine's host process: "grace" on the superchips (GH200, GB200,
+    # GB300), whose Arm cores run a Python executor's per-step work slower than the x86 hosts
+    # of HGX servers (``Efficiency.grace_host``, ``perf/overlap.py`` ``on_host``); "x86" else.
+    host_cpu: str = "x86"
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype``; formats the part lacks run at the widest one it has
@@ -198,6 +203,7 @@ def _to_spec(key: str, acc: _Accelerator, source: str) -> GpuSpec:
         price_usd_per_hour=_default_price(acc.cloud_prices_usd_per_gpu_hour),
         gpus_per_node=acc.scale_up.gpus_per_node,
         attention_prefill_speedup=acc.attention_prefill_speedup,
+        host_cpu=acc.host_cpu,
     )
 
 
