@@ -21,7 +21,6 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.moe_comm import trtllm_moe_exchange
 from inferplan.perf.protocol import StepTimeModel
-from inferplan.perf.roofline import RooflineModel
 
 # Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
 # built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
@@ -139,9 +138,6 @@ def steady_state_throughput(
     unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
     keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
     the stated limits bound the whole group)."""
-    exchange = bench_exchange(plan)
-    if exchange is not None and isinstance(step, RooflineModel):
-        step.moe_exchange = exchange  # the run's own model (``published_runs.run_step_model``)
     cfg = plan.config
     pp = plan.parallelism.pp
     ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1
