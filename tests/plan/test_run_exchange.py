@@ -1,5 +1,6 @@
 """The MoE exchange a published run's step model takes (plan/published_runs.py ``run_exchange``):
-TensorRT-LLM's gather under attention DP, ``trtllm-bench`` and ``trtllm-serve`` alike."""
+TensorRT-LLM's gather under attention DP, ``trtllm-bench`` and ``trtllm-serve`` alike, and
+SGLang's DP-attention gather of BF16 hidden states."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_a_trtllm_serve_run_under_attention_dp_gathers_as_trtllm_bench_does() ->
     """DeepSeek-R1 on eight H200s behind ``trtllm-serve`` (``--tp_size 8 --ep_size 8``: no
     attention DP, the layer all-reduces and the model keeps its default) and the same run with
     attention DP stated: TensorRT-LLM's gather (EP 8 <= top-8), as ``trtllm-bench``'s closed
-    form takes it; SGLang under DP attention keeps the default; no exchange without experts."""
+    form takes it; SGLang under DP attention gathers BF16, vLLM keeps the default; no exchange
+    without experts or attention DP."""
     serve = _first("deepseek-r1-h200-tensorrt-llm-aafb85")
     for row, exchange in ((serve, "alltoall"), (replace(serve, attention_dp=True), "allgather")):
         setup = run_setup(row)
@@ -43,12 +45,14 @@ def test_a_trtllm_serve_run_under_attention_dp_gathers_as_trtllm_bench_does() ->
         assert step.moe_exchange == exchange
     plan = _dp_plan(2, 4, 204)
     assert run_exchange(plan, "trtllm") == "allgather"
-    assert run_exchange(plan, "sglang") is None
+    assert run_exchange(plan, "sglang") == "allgather_bf16"
     assert run_exchange(plan, "vllm") is None
     dense = plan_memory(
         load_model("Llama-3.1-8B"), load_gpu("h100"), Parallelism(dp=2), plan.config
     )
-    assert run_exchange(dense, "trtllm") is None
+    assert run_exchange(dense, "trtllm") is run_exchange(dense, "sglang") is None
+    tp = replace(plan, parallelism=Parallelism(tp=2, enable_expert_parallel=True))
+    assert run_exchange(tp, "trtllm") is run_exchange(tp, "sglang") is None
 
 
 def test_the_closed_form_steps_with_the_gather_and_its_bytes_by_hand(

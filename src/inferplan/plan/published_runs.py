@@ -282,9 +282,15 @@ def run_exchange(plan: MemoryPlan, engine: str) -> str | None:
     """The MoE exchange a run's engine takes under attention DP, or None for the step model's
     default (``perf/moe_comm.py``): TensorRT-LLM's, ``trtllm-bench`` and ``trtllm-serve`` alike
     (``closed_form.bench_exchange``: an all-gather of the quantised activations and a
-    reduce-scatter of the output on the published parts)."""
+    reduce-scatter of the output on the published parts); SGLang's DP attention without a
+    DeepEP backend (none of the table's runs states ``--moe-a2a-backend``) gathers every rank's
+    BF16 hidden states before the MoE layer quantises them and reduce-scatters its output
+    (``layers/dp_attention.py`` ``dp_gather_partial``, ``dp_reduce_scatter_tensor``)."""
     if engine == "trtllm":
         return bench_exchange(plan)
+    dp_moe = plan.spec.moe_ffn is not None and plan.parallelism.attention_dp > 1
+    if engine == "sglang" and dp_moe:
+        return "allgather_bf16"
     return None
 
 
