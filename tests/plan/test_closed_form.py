@@ -225,25 +225,6 @@ def test_the_bench_exchange_is_tensorrt_llms_gather_under_attention_dp(
     assert closed_form.bench_exchange(_dp_plan(2, 4, 204)) is None
 
 
-def test_the_closed_form_steps_with_the_gather_and_its_bytes_by_hand() -> None:
-    """The run's model steps with the gather: a decode step of 64 sequences on two ranks moves,
-    in each of the 48 MoE layers, half of the 64 x 2,048 BF16 activations in (all-gather) and
-    half out (reduce-scatter): 2 x 131,072 bytes over NVLink4's 450 GB/s at the family's
-    fraction, plus two collective latencies; no attention all-reduce (TP 1)."""
-    plan = _dp_plan(2, 4, 204)
-    step = build_step_model(plan)
-    assert isinstance(step, RooflineModel)
-    alltoall = step.step_time(StepBatch(num_decode_seqs=64, decode_context_tokens=64 * 100))
-    steady_state_throughput(plan, step, 100, 10, 8)
-    assert step.moe_exchange == "allgather"
-    batch = StepBatch(num_decode_seqs=64, decode_context_tokens=64 * 100)
-    eff = step.eff
-    per_layer = 2 * (eff.collective_latency_s + 131072 / (450e9 * eff.collective_bandwidth))
-    gathered = step.step_time(batch).by_bound_s["communication"]
-    assert gathered == pytest.approx(48 * per_layer)
-    assert gathered != pytest.approx(alltoall.by_bound_s["communication"])
-
-
 def test_the_closed_form_runs_the_host_at_the_host_cpus_speed() -> None:
     """On a Grace-hosted GB200 the run's model takes the release's host costs ``grace_host``
     times (here 2): per step and per sequence, nothing else; on a B200 (x86 host) they stay."""

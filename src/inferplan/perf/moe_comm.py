@@ -22,8 +22,10 @@ Both collectives run on the scale-up link at the family's fitted collective band
 latency (``perf/comm.py``); without attention DP (tokens already replicated by TP) the layer
 all-reduces as before. ``RooflineModel.moe_exchange`` picks one (default ``alltoall``). The
 closed form of ``trtllm-bench``'s rows applies ``trtllm_moe_exchange`` (``plan/closed_form.py``
-``bench_exchange``, since ``hopdep16``; docs/validation.md); the served engines' runs keep the
-default.
+``bench_exchange``, since ``hopdep16``; docs/validation.md), for ``trtllm-serve`` too since
+``srvtail17`` (``plan/published_runs.py`` ``run_exchange``); SGLang's DP attention gathers the BF16
+hidden states before its MoE quantises them (``allgather_bf16``: ``dp_gather_partial``, then
+``dp_reduce_scatter_tensor``); vLLM's runs keep the default.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from inferplan.specs.hardware import GpuSpec
 from inferplan.specs.parallel import Parallelism
 from inferplan.specs.topology import Topology
 
-MOE_EXCHANGES = ("alltoall", "allgather")
+MOE_EXCHANGES = ("alltoall", "allgather", "allgather_bf16")  # the last: BF16 gathered
 # Bytes per activation value as gathered for an expert GEMM of this compute dtype: FP8 one
 # byte; NVFP4 half a byte plus one FP8 scale per 16 values; anything else BF16.
 _GATHER_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
@@ -59,8 +61,9 @@ def moe_exchange_s(
     """Seconds of one MoE layer's dispatch and combine for ``token_values`` activation values
     (the replica's tokens in the layer x hidden size); ``hit``: the largest per-rank dispatch
     probability (``alltoall`` only)."""
-    if exchange == "allgather" and par.attention_dp > 1:
-        gathered = token_values * gathered_bytes_per_value(experts)
+    if exchange in ("allgather", "allgather_bf16") and par.attention_dp > 1:
+        per_value = ACT_BYTES if exchange == "allgather_bf16" else gathered_bytes_per_value(experts)
+        gathered = token_values * per_value
         return allgather_s(gathered, par.ep, gpu, eff, topology) + reducescatter_s(
             token_values * ACT_BYTES, par.ep, gpu, eff, topology
         )

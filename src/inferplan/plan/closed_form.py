@@ -145,9 +145,6 @@ def steady_state_throughput(
     unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
     keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
     the stated limits bound the whole group)."""
-    exchange = bench_exchange(plan)
-    if exchange is not None and isinstance(step, RooflineModel):
-        step.moe_exchange = exchange  # the run's own model (``published_runs.run_step_model``)
     if isinstance(step, RooflineModel):  # before its first step: nothing is cached from it
         step.eff = on_host(step.eff, plan.gpu)
     cfg = plan.config

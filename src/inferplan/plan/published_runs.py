@@ -50,7 +50,7 @@ from inferplan.plan.chat_stream import (
     with_empty_chunks,
     with_merged_gaps,
 )
-from inferplan.plan.closed_form import steady_state_throughput
+from inferplan.plan.closed_form import bench_exchange, steady_state_throughput
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -256,7 +256,8 @@ def _summary_value(summary: dict[str, object], metric: str) -> float | None:
 def run_step_model(
     first: PublishedRow, setup: RunSetup, plan: MemoryPlan, efficiency: Efficiency | None
 ) -> StepTimeModel:
-    """The run's step-time model: its engine release's constants and decode CUDA graphs."""
+    """The run's step-time model: its engine release's constants, decode CUDA graphs and MoE
+    exchange (``run_exchange``)."""
     engine, version = ENGINES[first.engine], first.engine_version
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
     if efficiency is not None:  # the deployment's fused-MoE configs, on fitted constants too
@@ -268,9 +269,29 @@ def run_step_model(
     if is_trtllm_serve(first):  # its own host costs, behind the overlap scheduler
         eff = with_overlap_scheduler(eff) if efficiency else serve_efficiency(eff, plan)
     step = build_step_model(plan, efficiency=eff)
-    if isinstance(step, RooflineModel) and not setup.closed_form:
-        step.graphs = served_graphs(plan, engine, version)
+    if isinstance(step, RooflineModel):
+        if not setup.closed_form:
+            step.graphs = served_graphs(plan, engine, version)
+        exchange = run_exchange(plan, engine)
+        if exchange is not None:
+            step.moe_exchange = exchange
     return step
+
+
+def run_exchange(plan: MemoryPlan, engine: str) -> str | None:
+    """The MoE exchange a run's engine takes under attention DP, or None for the step model's
+    default (``perf/moe_comm.py``): TensorRT-LLM's, ``trtllm-bench`` and ``trtllm-serve`` alike
+    (``closed_form.bench_exchange``: an all-gather of the quantised activations and a
+    reduce-scatter of the output on the published parts); SGLang's DP attention without a
+    DeepEP backend (none of the table's runs states ``--moe-a2a-backend``) gathers every rank's
+    BF16 hidden states before the MoE layer quantises them and reduce-scatters its output
+    (``layers/dp_attention.py`` ``dp_gather_partial``, ``dp_reduce_scatter_tensor``)."""
+    if engine == "trtllm":
+        return bench_exchange(plan)
+    dp_moe = plan.spec.moe_ffn is not None and plan.parallelism.attention_dp > 1
+    if engine == "sglang" and dp_moe:
+        return "allgather_bf16"
+    return None
 
 
 def simulate_run(
