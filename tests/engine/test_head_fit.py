@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from inferplan.engine.plain_admission import admit_stepwise
 from inferplan.engine.replica import Replica, SchedulerConfig
 from inferplan.engine.running import RunningSet
 from inferplan.perf.batch import StepBatch
@@ -53,12 +54,20 @@ def test_head_can_join_keeps_its_answer() -> None:
 def test_waiting_pass_takes_a_matching_answer() -> None:
     replica = _waiting_replica([40])
     scheduler, free = replica.scheduler, replica.pool.free
-    # A planted answer whose key matches: the pass takes its chunk (17, not the test's 40).
-    scheduler.step_fit = (0, 40, 512, free, 0, 17, 0)
+    # A planted answer whose key matches: the stepwise pass takes its chunk (17, not the
+    # test's 40).
+    planted = (0, 40, 512, free, 0, 17, 0)
     chunks: list[int] = []
-    scheduler.admit_waiting(512, chunks, 0.0)
+    admit_stepwise(scheduler, 512, chunks, 0.0, planted)
     assert chunks == [17]
-    assert scheduler.step_fit is None  # taken once
+    # A FIFO queue's one-frame pass runs the plain test inline (the answer it would hold is
+    # that test on the same key), so a planted answer is dropped, not taken.
+    replica = _waiting_replica([40])
+    replica.scheduler.step_fit = planted
+    chunks = []
+    replica.scheduler.admit_waiting(512, chunks, 0.0)
+    assert chunks == [40]
+    assert replica.scheduler.step_fit is None  # dropped once asked
 
 
 def test_waiting_pass_asks_again_when_the_key_moved() -> None:
@@ -72,9 +81,8 @@ def test_waiting_pass_asks_again_when_the_key_moved() -> None:
     ]
     for fit in stale:
         replica = _waiting_replica([40])
-        replica.scheduler.step_fit = fit
         chunks: list[int] = []
-        replica.scheduler.admit_waiting(512, chunks, 0.0)
+        admit_stepwise(replica.scheduler, 512, chunks, 0.0, fit)
         assert chunks == [40], fit  # the admission test's own answer
 
 
