@@ -10,8 +10,9 @@ share the budget with the decodes they run beside (``admitted_per_step``).
 Under attention DP an expert-parallel MoE layer exchanges its tokens the way TensorRT-LLM's
 PyTorch backend does (``perf/moe_comm.py`` ``trtllm_moe_exchange``: an all-gather of the
 quantised activations and a reduce-scatter of the BF16 output, unless the group is a multi-node
-NVLink domain with more EP ranks than ``top_k``), not the generic all-to-all
-(``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``).
+NVLink domain with more EP ranks than ``top_k``), not the generic all-to-all: ``bench_exchange``
+chooses it (``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``) and
+``published_runs.run_step_model`` sets it on the run's step model where it builds it.
 
 The host's per-step work runs at the host CPU's speed (``perf/overlap.py`` ``on_host``: a
 Grace-hosted GB200 or GB300 takes the release's ``grace_host`` times an x86 server's; 1, the
