@@ -15,6 +15,8 @@ from inferplan.perf.efficiency import Efficiency, efficiency_for, parse_efficien
 from inferplan.perf.moe import Routing
 from inferplan.perf.overlap import on_host
 from inferplan.perf.roofline import RooflineModel
+from inferplan.plan.published import bundled_published
+from inferplan.plan.published_runs import memory_plan, run_setup, run_step_model
 from inferplan.specs.dtypes import kv_format
 from inferplan.specs.hardware import _parse_catalog, load_gpu
 from inferplan.specs.parallel import Parallelism
@@ -95,3 +97,20 @@ def test_behind_the_overlap_scheduler_only_host_bound_steps_slow_down_on_grace()
     x86 = _model("gb200", turns).step_time(batch).total_s
     slow = _model("gb200", on_host(replace(turns, grace_host=2.0), gpu)).step_time(batch).total_s
     assert slow - x86 == pytest.approx(host, rel=1e-9)
+
+
+def test_a_published_runs_model_takes_the_host_at_the_host_cpus_speed() -> None:
+    """``run_step_model`` (the closed form's and the simulated rows' model): a TensorRT-LLM run
+    on a Grace-hosted GB200 takes the release's host costs ``grace_host`` times (here 2), per
+    step and per sequence, nothing else; the same run on a B200 (x86 host) keeps them."""
+    costs = {"step_overhead_s": 1e-3, "per_seq_overhead_s": 1e-5}
+    for gpu, factor in (("gb200_per_gpu", 2.0), ("b200_hgx", 1.0)):
+        first = next(r for r in bundled_published() if r.engine == "tensorrt-llm" and r.gpu == gpu)
+        setup = run_setup(first)
+        plan = memory_plan(setup)
+        stated = replace(efficiency_for(plan.gpu), grace_host=2.0, **costs)
+        step = run_step_model(first, setup, plan, stated)
+        assert isinstance(step, RooflineModel)
+        assert step.eff.step_overhead_s == pytest.approx(1e-3 * factor)
+        assert step.eff.per_seq_overhead_s == pytest.approx(1e-5 * factor)
+        assert step.eff.layer_overhead_s == stated.layer_overhead_s

@@ -9,9 +9,6 @@ import pytest
 
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch, StepTime
-from inferplan.perf.efficiency import efficiency_for
-from inferplan.perf.factory import build_step_model
-from inferplan.perf.roofline import RooflineModel
 from inferplan.plan import closed_form
 from inferplan.plan.closed_form import admitted_per_step, schedule, steady_state_throughput
 from inferplan.specs.catalog import load_model
@@ -223,19 +220,3 @@ def test_the_bench_exchange_is_tensorrt_llms_gather_under_attention_dp(
     assert closed_form.bench_exchange(replace(dense, parallelism=Parallelism(dp=2))) is None
     monkeypatch.setattr(closed_form, "TRTLLM_MOE_EXCHANGE", False)
     assert closed_form.bench_exchange(_dp_plan(2, 4, 204)) is None
-
-
-def test_the_closed_form_runs_the_host_at_the_host_cpus_speed() -> None:
-    """On a Grace-hosted GB200 the run's model takes the release's host costs ``grace_host``
-    times (here 2): per step and per sequence, nothing else; on a B200 (x86 host) they stay."""
-    cfg = MemoryConfig(max_num_seqs=8, max_num_batched_tokens=408, block_size=32)
-    for gpu, factor in (("gb200", 2.0), ("b200", 1.0)):
-        plan = plan_memory(load_model("Llama-3.1-8B"), load_gpu(gpu), Parallelism(), cfg)
-        family = efficiency_for(plan.gpu)
-        stated = replace(family, step_overhead_s=1e-3, per_seq_overhead_s=1e-5)
-        step = build_step_model(plan, efficiency=replace(stated, grace_host=2.0))
-        assert isinstance(step, RooflineModel)
-        steady_state_throughput(plan, step, 100, 10, 8)
-        assert step.eff.step_overhead_s == pytest.approx(1e-3 * factor)
-        assert step.eff.per_seq_overhead_s == pytest.approx(1e-5 * factor)
-        assert step.eff.layer_overhead_s == stated.layer_overhead_s

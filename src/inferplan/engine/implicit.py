@@ -392,31 +392,28 @@ class ImplicitRows:
         self.known_rows = known
 
     def leave_chain_tail(self, size: int, stored_sum: int, gaps: list[float]) -> None:
-        """``leave_tail`` of a chain's victims (``engine/chain.py``; every row known), given
-        what the chain holds: the survivors' stored computed sum, and each victim's worst gap
-        in the chain (``gaps``, -inf: none; in pop order, the last row first), which here takes
-        in its worst gap from the ITL log (``_write_itl``'s), for the caller to hold back with
-        its preemption (``note_victims``). The ceil sum is left: the caller sets it."""
+        """``leave_tail`` of a chain's victims (``engine/chain.py``; every row known) from the
+        chain's survivors' stored computed sum and each victim's worst gap in it (``gaps``,
+        -inf: none; the last row first), here joined by its worst gap in the ITL log, for the
+        caller to hold back (``note_victims``). The ceil sum is left: the caller sets it."""
         run = self.run
         n = run._size
         flat, capacity = run._flat, run._capacity
         block, hist, gone, left = self.block, self.hist, self.gone, self.left
-        for c in flat[capacity + size : capacity + n].tolist():
+        for c in flat[_COMPUTED * capacity + size : _COMPUTED * capacity + n].tolist():
             hist[c % block] -= 1
         for key in reversed(left[size:]):  # the last row first, as ``leave_tail``
             gone[key] = gone.get(key, 0) + 1
         del left[size:]
         self.known_rows = size
         self.computed_sum = stored_sum
-        held = self.held_rows
-        self.held_rows = held - max(0, min(held, n) - size)
-        held = self.time_rows
-        self.time_rows = held - max(0, min(held, n) - size)
+        self.held_rows -= max(0, min(self.held_rows, n) - size)
+        self.time_rows -= max(0, min(self.time_rows, n) - size)
         if self.max_itl_s is None:
             return
         poss, vals = self._itl_pos, self._itl_val
         end = len(vals)
-        start_at = 6 * capacity + n - 1  # ``_ITL_FROM``'s row of the last victim
+        start_at = _ITL_FROM * capacity + n - 1  # the last victim's ``_ITL_FROM``
         for v, gap in enumerate(gaps):  # row ``n - 1 - v``
             i = bisect_left(poss, flat[start_at - v])
             if i < end and not gap >= vals[i]:

@@ -231,7 +231,7 @@ def rejection_counts(
 
 
 def sglang_radix_note(plan: MemoryPlan, workload: Workload, options: ServingOptions) -> str | None:
-    """What ``simulate`` tells a user whose SGLang run under DP attention has shared prefixes:
+    """What ``simulate`` tells a user whose SGLang run under DP attention carries prefix hashes:
     SGLang keeps one radix tree per DP-attention rank, which the per-rank scheduler
     (``sglang_ranks.py``) does not emulate, so no prefix hit is counted there (every prompt is
     prefilled in full). None where the radix cache would not have applied anyway."""

@@ -457,7 +457,8 @@ class Simulation:
                 and len(replica.waiting)
             ):
                 self._stuck(replica)
-            if check is not None:
+            if check is not None:  # it may read the chains' held-back victims' records
+                replica.running.rows.flush_victims()
                 check(replica)
             done = self._collect(replica)
             if on_progress and done:

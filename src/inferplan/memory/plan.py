@@ -179,7 +179,9 @@ def trtllm_moe_workspace_bytes(spec: ModelSpec, par: Parallelism, cfg: MemoryCon
     ``H``), the gated FC1 output (BF16 ``2 I``) and the activation (``I``, at most 2 bytes)
     another's worth, so ``k rows (2 H + 6 I)`` bytes; beside them the gathered input, the
     combined output and its reduce-scatter copy, ``3 rows H`` at 2 bytes at most (``I``: one
-    expert's width on its rank, the whole width under expert parallelism). 0 without experts."""
+    expert's width on its rank, the whole width under expert parallelism). 0 without experts.
+    Every run under TensorRT-LLM's KV rule takes it, the 0.17 C++ runs (Mixtral) too, as
+    cross-validated (``hopdep17``); that release's own warm-up is not read."""
     rows = cfg.max_num_batched_tokens * par.attention_dp
     hidden = spec.hidden_size
     peak = 0.0

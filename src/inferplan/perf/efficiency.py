@@ -115,7 +115,7 @@ class Efficiency:
     # The host's per-step and per-sequence work (step_overhead_s, per_seq_overhead_s) on a
     # Grace-hosted part (GpuSpec.host_cpu "grace": GH200, GB200, GB300), as a multiple of the
     # x86 host's the costs are stated for; an engine release's constant (perf/overlap.py
-    # ``on_host``). 1: the same host speed.
+    # ``on_host``; read by TensorRT-LLM's runs only). 1: the same host speed.
     grace_host: float = 1.0
 
     def to_dict(self) -> dict[str, float]:

@@ -89,7 +89,7 @@ class RooflineModel:
         self._gemm_ops: dict[tuple[str, float, float, int, int, bool], Op] = {}
         self.cuda_graphs = cuda_graphs
         self._graphs: CudaGraphs | None = None  # ``graphs``
-        self.moe_exchange = "alltoall"  # or "allgather" (perf/moe_comm.py)
+        self.moe_exchange = "alltoall"  # "allgather", "allgather_bf16": perf/moe_comm.py
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()

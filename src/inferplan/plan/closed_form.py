@@ -14,10 +14,11 @@ NVLink domain with more EP ranks than ``top_k``), not the generic all-to-all: ``
 chooses it (``TRTLLM_MOE_EXCHANGE``; docs/validation.md, ``hopdep16``) and
 ``published_runs.run_step_model`` sets it on the run's step model where it builds it.
 
-The host's per-step work runs at the host CPU's speed (``perf/overlap.py`` ``on_host``: a
-Grace-hosted GB200 or GB300 takes the release's ``grace_host`` times an x86 server's; 1, the
-same, as committed: the refit with the overlap scheduler's ``max(GPU, host)`` did not
-cross-validate better, docs/validation.md ``grace17``)."""
+The host's per-step work runs at the host CPU's speed, set on the run's model where
+``run_step_model`` builds it (``perf/overlap.py`` ``on_host``: a Grace-hosted GH200, GB200 or
+GB300 takes the release's ``grace_host`` times an x86 server's; 1, the same, as committed: the
+refit with the overlap scheduler's ``max(GPU, host)`` did not cross-validate better,
+docs/validation.md ``grace17``)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ import math
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.moe_comm import trtllm_moe_exchange
-from inferplan.perf.overlap import on_host
 from inferplan.perf.protocol import StepTimeModel
-from inferplan.perf.roofline import RooflineModel
 
 # Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
 # built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
@@ -146,8 +145,6 @@ def steady_state_throughput(
     unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
     keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
     the stated limits bound the whole group)."""
-    if isinstance(step, RooflineModel):  # before its first step: nothing is cached from it
-        step.eff = on_host(step.eff, plan.gpu)
     cfg = plan.config
     pp = plan.parallelism.pp
     ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1

@@ -42,6 +42,7 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
+from inferplan.perf.overlap import on_host
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.chat_stream import (
@@ -256,8 +257,9 @@ def _summary_value(summary: dict[str, object], metric: str) -> float | None:
 def run_step_model(
     first: PublishedRow, setup: RunSetup, plan: MemoryPlan, efficiency: Efficiency | None
 ) -> StepTimeModel:
-    """The run's step-time model: its engine release's constants, decode CUDA graphs and MoE
-    exchange (``run_exchange``)."""
+    """The run's step-time model: its engine release's constants (TensorRT-LLM's host work at
+    the host CPU's speed, ``perf/overlap.py`` ``on_host``), decode CUDA graphs and MoE exchange
+    (``run_exchange``)."""
     engine, version = ENGINES[first.engine], first.engine_version
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
     if efficiency is not None:  # the deployment's fused-MoE configs, on fitted constants too
@@ -268,6 +270,8 @@ def run_step_model(
     eff = with_overlap_schedule(eff, engine, disabled)  # SGLang's default, on fitted ones too
     if is_trtllm_serve(first):  # its own host costs, behind the overlap scheduler
         eff = with_overlap_scheduler(eff) if efficiency else serve_efficiency(eff, plan)
+    if engine == "trtllm":  # its host work at the host CPU's speed, as ``simulate`` runs it
+        eff = on_host(eff, plan.gpu)
     step = build_step_model(plan, efficiency=eff)
     if isinstance(step, RooflineModel):
         if not setup.closed_form:

@@ -132,7 +132,7 @@ class GpuSpec:
     # The CPU that runs the engine's host process: "grace" on the superchips (GH200, GB200,
     # GB300), whose Arm cores run a Python executor's per-step work slower than the x86 hosts
     # of HGX servers (``Efficiency.grace_host``, ``perf/overlap.py`` ``on_host``); "x86" else.
-    host_cpu: str = "x86"
+    host_cpu: Literal["x86", "grace"] = "x86"
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype``; formats the part lacks run at the widest one it has
