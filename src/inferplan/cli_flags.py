@@ -41,6 +41,7 @@ from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import load_operator_table
+from inferplan.plan.published_runs import run_exchange
 from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_frontend, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
@@ -203,7 +204,8 @@ class DeploymentFlags:
         ``engine_costs``: ``--engine``'s host costs, kernel factor and decode CUDA graphs, as
         ``validate`` predicts a served run (``plan/served.py``; TensorRT-LLM's by
         ``--trtllm-runtime``, ``plan/trtllm_runtime.py``; ``--calibration`` replaces the
-        constants)."""
+        constants). Under attention DP the MoE layers exchange tokens as ``--engine`` does
+        (``plan/published_runs.py`` ``run_exchange``)."""
         moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind == "moe"), None)
         routing = parse_routing(
             self.expert_routing,
@@ -223,8 +225,12 @@ class DeploymentFlags:
             cuda_graphs=cuda_graphs,
             table_path=Path(self.operator_table) if self.operator_table else None,
         )
-        if engine_costs and isinstance(model, RooflineModel):
-            model.graphs = runtime_graphs(plan, self.engine, self.trtllm_runtime)
+        if isinstance(model, RooflineModel):
+            if engine_costs:
+                model.graphs = runtime_graphs(plan, self.engine, self.trtllm_runtime)
+            exchange = run_exchange(plan, self.engine)  # the engine's own, as ``validate`` runs it
+            if exchange is not None:
+                model.moe_exchange = exchange
         return model
 
     def frontend(self) -> FrontEnd:

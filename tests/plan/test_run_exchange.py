@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from inferplan.cli_flags import DeploymentFlags
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
@@ -79,3 +80,45 @@ def test_the_closed_form_steps_with_the_gather_and_its_bytes_by_hand(
     off = run_step_model(row, run_setup(row), plan, None)
     assert isinstance(off, RooflineModel)
     assert off.moe_exchange == "alltoall"
+
+
+def test_simulate_takes_the_engines_exchange_under_attention_dp() -> None:
+    """``simulate`` and ``plan`` build their step model through ``DeploymentFlags.step_model``:
+    Qwen3-30B-A3B over two H100s with expert parallelism (attention DP 2) exchanges as
+    ``validate`` runs each engine: TensorRT-LLM's gather, SGLang's BF16 gather, vLLM's
+    all-to-all; without expert parallelism (no attention DP) every engine keeps the default."""
+    expected = {"trtllm": "allgather", "sglang": "allgather_bf16", "vllm": "alltoall"}
+    for engine, exchange in expected.items():
+        for ep in (True, False):
+            flags = DeploymentFlags(
+                model="Qwen3-30B-A3B",
+                gpu="h100",
+                tp=1,
+                pp=1,
+                dp=2,
+                enable_expert_parallel=ep,
+                quantization=None,
+                kv_cache_dtype="auto",
+                max_model_len=4096,
+                gpu_memory_utilization=0.9,
+                max_num_batched_tokens=None,
+                max_num_seqs=None,
+                block_size=None,
+                engine=engine,
+                calibration=None,
+                operator_table=None,
+                gpus_per_node=None,
+                allow_cross_node_tp=False,
+                expert_routing=None,
+                expert_placement="linear",
+                num_redundant_experts=0,
+            )
+            plan = _dp_plan(2, 4, 204) if ep else _plan_without_dp()
+            model = flags.step_model(plan)
+            assert isinstance(model, RooflineModel)
+            assert model.moe_exchange == (exchange if ep else "alltoall"), (engine, ep)
+
+
+def _plan_without_dp() -> MemoryPlan:
+    cfg = MemoryConfig(max_num_seqs=4, max_num_batched_tokens=204, block_size=32)
+    return plan_memory(load_model("Qwen3-30B-A3B"), load_gpu("h100"), Parallelism(tp=2), cfg)
