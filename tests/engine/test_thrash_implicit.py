@@ -51,7 +51,7 @@ def _run(*, implicit: bool, check_rows: bool = False) -> tuple[SimulationResult,
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(thrash_module._Cycles, "_commit_implicit", counting)
         if not implicit:
-            patch.setattr(thrash_module, "_implicit", lambda rows, n, block: False)
+            patch.setattr(thrash_module, "_implicit", lambda rows, block: False)
         plan, model = _plan_and_model()
         wl = _workload(CASE)
         res = Simulation(wl, _config(CASE, wl, plan, exact=False), model).run(

@@ -132,7 +132,7 @@ class _Cycles:
         self.chunk = cfg.max_num_batched_tokens - self.n
         # Rows by offset in their last block: the row crosses into a new block at step ``s``
         # when ``(computed + s) % block == 0``.
-        self.implicit = _implicit(run.rows, self.n, self.block)
+        self.implicit = _implicit(run.rows, self.block)
         if self.implicit:  # from the rows' scalars, their columns left as they are
             rows = run.rows
             top = -rows.lag % self.block  # stored offset ``(o - lag) % B`` of offset ``o``
@@ -234,10 +234,7 @@ class _Cycles:
         durations = self.all_durations()
         rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], _max(durations))
         r.itl.add_many(durations, float(self.n))  # every decoder, every step
-        rec.num_preemptions[self.head] += self.num_cycles
-        rec.recomputed_tokens[self.head] += self.recomputed
-        r.now = self.now
-        r.num_steps += k
+        self._commit_head()
 
     def _commit_implicit(self) -> None:
         """``commit`` through the rows' implicit state (``engine/implicit.py``): ``k`` decode
@@ -253,19 +250,19 @@ class _Cycles:
         durations = self.all_durations()
         rows.itl_mark(float(_max(durations)))
         r.itl.add_many(durations, float(self.n))  # every decoder, every step
-        rec = r.records
-        rec.num_preemptions[self.head] += self.num_cycles
-        rec.recomputed_tokens[self.head] += self.recomputed
+        self._commit_head()
+
+    def _commit_head(self) -> None:
+        """Both commits' end: the head's preemption counts, the clock and the steps."""
+        r = self.r
+        r.records.num_preemptions[self.head] += self.num_cycles
+        r.records.recomputed_tokens[self.head] += self.recomputed
         r.now = self.now
-        r.num_steps += k
+        r.num_steps += self.num_steps
 
 
-def _implicit(rows: ImplicitRows, n: int, block: int) -> bool:
+def _implicit(rows: ImplicitRows, block: int) -> bool:
     """Whether the pass may read and write the rows through their implicit scalars: a uniform
-    pool's rows (``rows.block``), all ``n`` known (learnt here where they are not), each
-    holding ``ceil(computed / B)`` blocks."""
-    if rows.block != block or block <= 0:
-        return False
-    if rows.known_rows != n:
-        rows.learn()
-    return rows.ceil_held
+    pool's rows (``rows.block``), every row known (``holds_ceil`` learns them) and holding
+    ``ceil(computed / B)`` blocks."""
+    return rows.block == block > 0 and rows.holds_ceil()
