@@ -113,12 +113,9 @@ def test_simulate_takes_the_engines_exchange_under_attention_dp() -> None:
                 expert_placement="linear",
                 num_redundant_experts=0,
             )
-            plan = _dp_plan(2, 4, 204) if ep else _plan_without_dp()
+            plan = _dp_plan(2, 4, 204)
+            if not ep:
+                plan = replace(plan, parallelism=Parallelism(tp=2))
             model = flags.step_model(plan)
             assert isinstance(model, RooflineModel)
             assert model.moe_exchange == (exchange if ep else "alltoall"), (engine, ep)
-
-
-def _plan_without_dp() -> MemoryPlan:
-    cfg = MemoryConfig(max_num_seqs=4, max_num_batched_tokens=204, block_size=32)
-    return plan_memory(load_model("Qwen3-30B-A3B"), load_gpu("h100"), Parallelism(tp=2), cfg)
