@@ -67,7 +67,6 @@ from inferplan.plan.served import (
     served_graphs,
     trtllm_release,
     with_async_scheduling,
-    with_eager_launches,
     with_overlap_schedule,
     with_vllm_configs,
 )
@@ -269,7 +268,6 @@ def run_step_model(
         eff = with_async_scheduling(eff, engine)
     disabled = first.settings.get("disable_overlap_schedule") == "true"
     eff = with_overlap_schedule(eff, engine, disabled)  # SGLang's default, on fitted ones too
-    eff = with_eager_launches(eff, engine)  # SGLang's Python launches outside its graphs
     if is_trtllm_serve(first):  # its own host costs, behind the overlap scheduler
         eff = with_overlap_scheduler(eff) if efficiency else serve_efficiency(eff, plan)
     if engine == "trtllm":  # its host work at the host CPU's speed, as ``simulate`` runs it

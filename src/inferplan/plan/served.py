@@ -11,8 +11,7 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
 - **vLLM's attention kernel on Ampere and Ada** (FlashAttention-2): a decode row in a step with a
   prefill chunk runs a whole 64-row query tile per head (``perf/vllm_attention.py``).
 - **SGLang's overlap scheduler** (on by default): its host work hides behind the GPU's
-  (``with_overlap_schedule``); and its forward outside CUDA graphs launches each layer's
-  kernels from Python (``with_eager_launches``).
+  (``with_overlap_schedule``).
 - **Decode CUDA graphs**: the engine's default capture sizes (``perf/cudagraph.py``), except
   TensorRT-LLM's C++ engine flow (0.14, 0.17), whose graphs keep the generic rule.
 
@@ -83,7 +82,7 @@ def served_efficiency(
         kernel = sglang_kernel_class(plan, kernel)
     eff = with_engine_kernels(eff, overhead_class(engine, version), kernel)
     eff = with_vllm_configs(eff, plan, engine)
-    eff = with_eager_launches(with_overlap_schedule(eff, engine), engine)
+    eff = with_overlap_schedule(eff, engine)
     return with_async_scheduling(eff, engine) if async_scheduling else eff
 
 
@@ -109,26 +108,6 @@ def with_overlap_schedule(eff: Efficiency, engine: str, disabled: bool = False) 
     if engine != "sglang":
         return eff
     return replace(eff, host_overlap=0.0 if disabled else 1.0)
-
-
-# A decoder layer's kernels launched from Python, op by op, in a PyTorch serving runtime's step
-# outside CUDA graphs: TensorRT-LLM's PyTorch backend's fitted value (``data/trtllm_serve.yaml``
-# ``eager_layer_overhead_s``, fitted to trtllm-serve's rows, none of SGLang's), taken for SGLang,
-# whose model forward is the same kind of PyTorch module tree (``sgl18``, docs/validation.md).
-SGLANG_EAGER_LAYER_S = 300e-6
-
-
-def with_eager_launches(eff: Efficiency, engine: str) -> Efficiency:
-    """``eff`` as SGLang 0.5 runs a step outside its CUDA graphs: every extend (prefill) batch
-    (piecewise graphs are opt-in, ``enable_piecewise_cuda_graph`` False) and every decode batch
-    above ``cuda_graph_max_bs`` (``cuda_graph_runner.py`` ``can_run``) run the model's forward
-    eagerly, each layer's kernels launched from Python (``eager_layer_overhead_s``
-    ``SGLANG_EAGER_LAYER_S``; the GPU family's 10 us is one launch). Other engines: ``eff``."""
-    if engine != "sglang":
-        return eff
-    return replace(
-        eff, eager_layer_overhead_s=max(eff.eager_layer_overhead_s, SGLANG_EAGER_LAYER_S)
-    )
 
 
 def with_async_scheduling(eff: Efficiency, engine: str) -> Efficiency:
