@@ -69,7 +69,7 @@ def set_eager(us: float) -> None:
         eff = replace(efficiency, eager_layer_overhead_s=us * 1e-6)
         return build(plan, efficiency=eff, **kwargs)
 
-    published_runs.build_step_model = build_step_model  # type: ignore[assignment]
+    published_runs.build_step_model = build_step_model
 
 
 def _is_eager(model: roofline.RooflineModel, batch: StepBatch) -> bool:
@@ -115,11 +115,11 @@ def hide_launches() -> None:
 def scaled_prefill(run: list[PublishedRow], scale: float) -> dict[str, float | None]:
     """``predict_run`` with every prefill-only step ``scale`` times as long."""
     build = published_runs.run_step_model
-    published_runs.run_step_model = lambda *a: SlowPrefill(build(*a), scale)  # type: ignore[assignment]
+    published_runs.run_step_model = lambda *a: SlowPrefill(build(*a), scale)
     try:
         return published_runs.predict_run(run, None, False)
     finally:
-        published_runs.run_step_model = build  # type: ignore[assignment]
+        published_runs.run_step_model = build
 
 
 def predict(run: list[PublishedRow], oracle: bool) -> dict[str, float | None]:
