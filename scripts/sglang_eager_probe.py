@@ -10,6 +10,7 @@ GPU family's 10 us). Probes:
 
 - ``--eager-us X``: SGLang's cost a layer on eager steps, X us (TensorRT-LLM's PyTorch backend
   is fitted at 300, ``plan/data/trtllm_serve.yaml``).
+- ``--per-seq-us X``: SGLang's host cost a sequence and step, X us (fitted: 99, at its bound).
 - ``--hide``: the launches as host work that hides behind the GPU's with the scheduler's
   (SGLang 0.5's overlap thread launches batch n + 1 while the GPU runs batch n, and shares the
   GIL with the scheduler's result processing): a step takes ``max(GPU, host + launches)``
@@ -60,14 +61,13 @@ LATENCY = (
 HIDDEN: dict[int, roofline.RooflineModel] = {}  # id(model.eff) -> model, with ``--hide``
 
 
-def set_eager(us: float) -> None:
-    """SGLang's eager cost a layer: ``us`` microseconds (every run here is SGLang's; the step
-    model's constructor wrapped, so fitted constants would get it too)."""
+def set_costs(**seconds: float) -> None:
+    """SGLang's ``Efficiency`` fields set to ``seconds`` (every run here is SGLang's; the step
+    model's constructor wrapped, so fitted constants would get them too)."""
     build = published_runs.build_step_model
 
     def build_step_model(plan: Any, efficiency: Any = None, **kwargs: Any) -> Any:
-        eff = replace(efficiency, eager_layer_overhead_s=us * 1e-6)
-        return build(plan, efficiency=eff, **kwargs)
+        return build(plan, efficiency=replace(efficiency, **seconds), **kwargs)
 
     published_runs.build_step_model = build_step_model
 
@@ -138,14 +138,22 @@ def shape(first: PublishedRow) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eager-us", type=float, default=None, help="SGLang's eager us a layer")
+    parser.add_argument("--per-seq-us", type=float, default=None, help="host us a sequence")
     parser.add_argument("--hide", action="store_true", help="launches hide behind the GPU")
     parser.add_argument("--oracle-wave", action="store_true", help="ShareGPT's wave as measured")
     parser.add_argument("--verbose", action="store_true", help="each run's signed errors")
     args = parser.parse_args()
-    if args.eager_us is not None:
-        if args.eager_us < 0:
-            parser.error("--eager-us must be >= 0")
-        set_eager(args.eager_us)
+    costs = {}
+    for name, us in (
+        ("eager_layer_overhead_s", args.eager_us),
+        ("per_seq_overhead_s", args.per_seq_us),
+    ):
+        if us is not None and us < 0:
+            parser.error("--eager-us and --per-seq-us must be >= 0")
+        if us is not None:
+            costs[name] = us * 1e-6
+    if costs:
+        set_costs(**costs)
     if args.hide:
         hide_launches()
     rows = [r for r in bundled_published() if r.engine == "sglang" and skip_reason(r) is None]
