@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,11 +73,9 @@ class _Crossings:
 
     def __init__(self, by_offset: list[int], block: int, n: int) -> None:
         self.block, self.n = block, n
-        prefix, total = [0], 0
-        for u in range(block):
-            total += by_offset[-u % block]
-            prefix.append(total)
-        self.prefix = prefix  # ``prefix[block] == n``: every row crosses once a period
+        # ``by_offset[-u % block]`` for ``u = 0 .. block - 1``: offset 0, then downwards
+        self.prefix = [0, *accumulate(by_offset[:1] + by_offset[:0:-1])]
+        # (``prefix[block] == n``: every row crosses once a period)
 
     def upto(self, t: int) -> int:
         q, r = divmod(t, self.block)
