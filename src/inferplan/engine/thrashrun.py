@@ -144,11 +144,15 @@ def _segment(
     last = min(last, (crossings.last_within(usable - plan[m - 1] - base) - s - m) // length)
     last = min(last, (crossings.last_within(usable - base) - s - m - 1) // length)
     a, b, step_hi = [], [], 0.0
+    lines = c.lines
     for i in range(length):
         context = c.context + n * (s + i)
         if i < m:
-            c._step_s(i + 1, context)  # makes ``c.lines[i + 1]`` the line at this context
-            line_a, line_b, limit, _ = c.lines[i + 1]
+            line = lines.get(i + 1)
+            if line is None or not line[3] <= context < line[2]:  # ``_step_s``'s own test
+                c._step_s(i + 1, context)  # makes ``c.lines[i + 1]`` the line at this context
+                line = lines[i + 1]
+            line_a, line_b, limit, _ = line
         else:
             line_a, line_b, limit = c.r.model.decode_line(n, context)
         if not limit >= math.inf:  # the scalar path takes another line from ``limit`` on
