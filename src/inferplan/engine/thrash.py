@@ -209,8 +209,8 @@ class _Cycles:
     def crossings_from(self, s: int, steps: int) -> np.ndarray:
         """Cumulative blocks the decoders take over steps ``s .. s + steps - 1`` (each entry:
         the blocks from step ``s`` up to and including that step)."""
-        t = np.arange(s, s + steps)
-        return np.add.accumulate(self.by_offset_array[-t % self.block])  # ``np.cumsum``
+        minus_t = np.arange(-s, -s - steps, -1)  # ``-t`` for each step ``t``
+        return np.add.accumulate(self.by_offset_array[minus_t % self.block])  # ``np.cumsum``
 
     def all_durations(self) -> np.ndarray:
         """Every step's seconds, in order."""

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,11 +73,9 @@ class _Crossings:
 
     def __init__(self, by_offset: list[int], block: int, n: int) -> None:
         self.block, self.n = block, n
-        prefix, total = [0], 0
-        for u in range(block):
-            total += by_offset[-u % block]
-            prefix.append(total)
-        self.prefix = prefix  # ``prefix[block] == n``: every row crosses once a period
+        # ``by_offset[-u % block]`` for ``u = 0 .. block - 1``: offset 0, then downwards
+        self.prefix = [0, *accumulate(by_offset[:1] + by_offset[:0:-1])]
+        # (``prefix[block] == n``: every row crosses once a period)
 
     def upto(self, t: int) -> int:
         q, r = divmod(t, self.block)
@@ -145,11 +144,15 @@ def _segment(
     last = min(last, (crossings.last_within(usable - plan[m - 1] - base) - s - m) // length)
     last = min(last, (crossings.last_within(usable - base) - s - m - 1) // length)
     a, b, step_hi = [], [], 0.0
+    lines = c.lines
     for i in range(length):
         context = c.context + n * (s + i)
         if i < m:
-            c._step_s(i + 1, context)  # makes ``c.lines[i + 1]`` the line at this context
-            line_a, line_b, limit, _ = c.lines[i + 1]
+            line = lines.get(i + 1)
+            if line is None or not line[3] <= context < line[2]:  # ``_step_s``'s own test
+                c._step_s(i + 1, context)  # makes ``c.lines[i + 1]`` the line at this context
+                line = lines[i + 1]
+            line_a, line_b, limit, _ = line
         else:
             line_a, line_b, limit = c.r.model.decode_line(n, context)
         if not limit >= math.inf:  # the scalar path takes another line from ``limit`` on

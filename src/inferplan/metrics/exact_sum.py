@@ -30,17 +30,22 @@ def exact_sum(
     value grows), read without a pass over the array."""
     if len(values) < EXACT_SUM_MIN:
         return math.fsum(values.tolist())
-    mantissas, exponents = np.frexp(values)
     if low_s is not None and high_s is not None and low_s > 0.0:
         low_exp = math.frexp(low_s)[1]
         spread = math.frexp(high_s)[1] - low_exp  # an infinite ``high_s``: fsum below
+        if spread > EXACT_SUM_SPREAD or low_exp < -960 or not math.isfinite(high_s):
+            return math.fsum(values.tolist())
+        # Each ``m * 2**(e - 53)`` times ``2**(53 - low_exp)`` is ``m << (e - low_exp)``, an
+        # integer below 2**62: the product by a power of two is exact, so is its conversion.
+        scaled = (values * math.ldexp(1.0, 53 - low_exp)).astype(np.int64)
     else:
+        mantissas, exponents = np.frexp(values)
         low_exp = int(exponents.min())
         spread = int(exponents.max()) - low_exp
         high_s = float(values.max())
-    if spread > EXACT_SUM_SPREAD or low_exp < -960 or not math.isfinite(high_s):
-        return math.fsum(values.tolist())
-    shifts = exponents - low_exp
-    scaled = (mantissas * 9007199254740992.0).astype(np.int64) << shifts  # ``m`` at the low exp
+        if spread > EXACT_SUM_SPREAD or low_exp < -960 or not math.isfinite(high_s):
+            return math.fsum(values.tolist())
+        shifts = exponents - low_exp
+        scaled = (mantissas * 9007199254740992.0).astype(np.int64) << shifts  # ``m`` at low
     total = (int((scaled >> 31).sum()) << 31) + int((scaled & 0x7FFFFFFF).sum())
     return math.ldexp(float(total), low_exp - 53)

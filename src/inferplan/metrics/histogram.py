@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.metrics.exact_sum import exact_sum
+from inferplan.metrics.few_durations import FEW_DURATIONS, few_update
 from inferplan.metrics.moment_rows import apply_rows
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
 from inferplan.metrics.series_bins import Series, add_series_counts, is_integral
@@ -345,6 +346,10 @@ class ItlHistogram:
         values = np.asarray(durations_s, dtype=np.float64)
         if values.size == 0:
             return None
+        if values.size < FEW_DURATIONS and values.ndim == 1:  # in Python floats: the same
+            few = few_update(values.tolist(), weight, self.grid.edges_list)
+            if few is not None:
+                return few
         low_s = float(np.minimum.reduce(values))  # ``values.min()``
         if not low_s >= 0.0:  # a nan too, as ``np.all(values >= 0.0)``
             raise ValueError("ITL durations must be >= 0")
