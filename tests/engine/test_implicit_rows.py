@@ -45,6 +45,7 @@ def _check_scalars(run: RunningSet, block: int, k: int) -> None:
     # Read the scalars first: reading a column settles the rows and forgets them.
     scalars = (rows.total_context(), rows.fewest_left(), rows.crossings(k))
     offsets_scalar = [rows.kth_offset(j) for j in range(n)]
+    by_offset = rows.offset_counts()  # every row known (``total_context`` learnt them)
     # From the known rows' list where no row is past its target, else from the columns.
     finished = [int(row) for row in rows.finished_rows()]
     computed, generated, target = run.num_computed, run.num_generated, run.target
@@ -55,6 +56,7 @@ def _check_scalars(run: RunningSet, block: int, k: int) -> None:
         _expected_crossings(computed, k, block),
     )
     assert offsets_scalar == sorted(((-computed) % block).tolist())
+    assert by_offset == np.bincount(computed % block, minlength=block).tolist()
     assert (run.held_blocks >= -(-computed // block)).all()
 
 
@@ -132,6 +134,8 @@ def test_pending_decode_steps_reach_every_column_when_read() -> None:
     rows.emitted(0.5)
     assert run.row_values(1) == [1, 33, 34, 4, 9, 3]  # ceil(33 / 16): a block per crossing
     assert rows.fewest_left() == 5
+    # By offset in the last block, with the lag: 18 % 16 and 33 % 16 (stored: 16 and 31).
+    assert rows.offset_counts() == [0, 1, 1] + [0] * 13
     assert run.num_computed.tolist() == [18, 33]
     assert run.num_tokens.tolist() == [19, 34]
     assert run.num_generated.tolist() == [3, 4]
@@ -351,12 +355,11 @@ def _check_chain_tail(case: tuple[int, list[tuple[str, int]]], cut: int, gaps: l
         rec.recomputed_tokens[:] = np.arange(_RECORDS) * 7
     stored_sum = int(one._ints[1, :size].sum())
     chain_gaps = list(victim_gaps)
-    one.rows.leave_chain_tail(size, stored_sum, chain_gaps)
+    one.drop_chain_tail(size, stored_sum, chain_gaps)
     one.rows.note_victims(one_rec, ids, computed, chain_gaps)
     # The same requests preempted again by a later chain, before the first's are applied.
     later = [0.25 if i % 2 else -np.inf for i in range(len(ids))]  # below every log gap
     one.rows.note_victims(one_rec, ids, computed[::-1], list(later))
-    one._resize(size)
     for again, gap_list in ((computed, victim_gaps), (computed[::-1], later)):
         for rid, tokens, gap in zip(ids, again, gap_list, strict=True):
             each_rec.num_preemptions[rid] += 1

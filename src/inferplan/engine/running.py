@@ -258,6 +258,13 @@ class RunningSet:
             self.rows.leave_tail(size)
         self._resize(size)
 
+    def drop_chain_tail(self, size: int, stored_sum: int, gaps: list[float]) -> None:
+        """Keep the first ``size`` rows where a chain preempted the rest (``engine/chain.py``):
+        ``ImplicitRows.leave_chain_tail`` from the chain's survivors' stored computed sum and
+        its victims' worst gaps (the last row first; joined there by their ITL log's)."""
+        self.rows.leave_chain_tail(size, stored_sum, gaps)
+        self._size = size
+
     @property
     def all_decoding(self) -> bool:
         """Every request needs exactly one token and has sampled before: no prefill chunk is
