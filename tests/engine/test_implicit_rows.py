@@ -145,6 +145,28 @@ def test_pending_decode_steps_reach_every_column_when_read() -> None:
     assert run.row_values(2) == [2, 3, 4, 0, 5, 1]
 
 
+@pytest.mark.parametrize("before", [0, 1, 2, 5])
+def test_extend_stores_the_rows_append_stores(before: int) -> None:
+    """``RunningSet.extend`` (a waiting pass's admissions) against ``append`` of each row: the
+    buffers (grown from 2 rows across one or two doublings), the token times and the rows
+    reported to ``appended``, with a lag and an ITL log position pending."""
+    one, each = (RunningSet(capacity=2, block_size=16, max_itl_s=np.full(9, np.nan)) for _ in "ab")
+    for run in (one, each):
+        for rid in range(before):
+            run.append(rid, 20 + rid, 21 + rid, 1, 60, 2, 0.25)
+        run.rows.lag, run.rows.itl_length = 3, 7
+        run.appended = []
+    new = [(5, 40, 2, 80, 3), (6, 17, 0, 30, 2), (7, 1, 0, 9, 1)]
+    one.extend(new, 0.5)
+    for rid, tokens, generated, target, held in new:
+        each.append(rid, 0, tokens, generated, target, held, 0.5)
+    assert len(one) == len(each) == before + 3
+    np.testing.assert_array_equal(one._ints[:, : len(one)], each._ints[:, : len(each)])
+    np.testing.assert_array_equal(one._times[: len(one)], each._times[: len(each)])
+    assert one.appended == each.appended
+    assert one.appended[1] == (6, -3, 14, -3, 30, 2, 7)  # stored: the decode columns less the lag
+
+
 def test_the_itl_log_gives_each_row_the_worst_gap_since_it_joined() -> None:
     max_itl = np.full(4, np.nan)
     max_itl[3] = 9.0  # a gap written directly (a chain, the general step) stays if larger
