@@ -164,6 +164,7 @@ def test_extend_stores_the_rows_append_stores(before: int) -> None:
     np.testing.assert_array_equal(one._ints[:, : len(one)], each._ints[:, : len(each)])
     np.testing.assert_array_equal(one._times[: len(one)], each._times[: len(each)])
     assert one.appended == each.appended
+    assert one.appended is not None
     assert one.appended[1] == (6, -3, 14, -3, 30, 2, 7)  # stored: the decode columns less the lag
 
 
