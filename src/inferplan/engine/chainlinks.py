@@ -10,13 +10,14 @@ blocks runs its links in one loop over locals: the block state (``TailBlocks``' 
 ``K_p``, ``p``), the clock, the steps done and the records' lists are read once a chain and
 written back once, at its end, before ``_Chain._commit``.
 
-Every expression is the reference's (``_Chain``'s methods, kept for own blocks and as the
-reference in ``tests/engine/test_chain_links.py``): the same integers, the same float operations
-in the same order, the same calls out (``decode_line``, ``_steps_before``, the queue's
-``push_front`` and ``peek``, ``plain_head_chunk``, the intake), so runs are bit for bit the
-same. One test is known instead of asked: a preemption step follows a stretch that ended at the
-pool's first failing step (or, at the chain's start, ``is_consistent``'s first failure at step
-0), so its first victim is popped without asking ``first_failure`` again.
+Every expression is the reference's (``_Chain``'s methods, kept for own blocks and as the reference
+in ``tests/engine/test_chain_links.py``): the same integers, the same float operations in the same
+order, the same calls out (``decode_line``, ``_steps_before``, the queue's ``push_front`` and
+``peek``, ``plain_head_chunk``, the intake; a FIFO ``WaitingQueue``'s push and the per-link head
+test written out), so runs are bit for bit the same. One test is known instead of asked: a
+preemption step follows a stretch that ended at the pool's first failing step (or, at the chain's
+start, ``is_consistent``'s first failure at step 0), so its first victim is popped without asking
+``first_failure`` again.
 """
 
 from __future__ import annotations

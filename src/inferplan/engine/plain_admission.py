@@ -8,7 +8,8 @@ free pool and appends the row. Above capacity each finish re-admits several pree
 at once (their whole recomputed KV as chunks; 7.6 a pass on average in ``above``, up to some
 eighty): a FIFO queue's pass runs in one frame, the head test (``plain_head_chunk``) and the
 queue's ``peek`` and ``pop`` inline, with the same tests in the same order on the same counts
-as the request-at-a-time pass (``admit_stepwise``: the heap queues' form, and the reference).
+as the request-at-a-time pass (``admit_stepwise``: the heap queues' form, and the reference),
+and its rows appended once it ends (``RunningSet.extend``: nothing reads them before).
 """
 
 from __future__ import annotations
