@@ -45,6 +45,7 @@ def _check_scalars(run: RunningSet, block: int, k: int) -> None:
     # Read the scalars first: reading a column settles the rows and forgets them.
     scalars = (rows.total_context(), rows.fewest_left(), rows.crossings(k))
     offsets_scalar = [rows.kth_offset(j) for j in range(n)]
+    by_offset = rows.offset_counts()  # every row known (``total_context`` learnt them)
     # From the known rows' list where no row is past its target, else from the columns.
     finished = [int(row) for row in rows.finished_rows()]
     computed, generated, target = run.num_computed, run.num_generated, run.target
@@ -55,6 +56,7 @@ def _check_scalars(run: RunningSet, block: int, k: int) -> None:
         _expected_crossings(computed, k, block),
     )
     assert offsets_scalar == sorted(((-computed) % block).tolist())
+    assert by_offset == np.bincount(computed % block, minlength=block).tolist()
     assert (run.held_blocks >= -(-computed // block)).all()
 
 
@@ -132,6 +134,8 @@ def test_pending_decode_steps_reach_every_column_when_read() -> None:
     rows.emitted(0.5)
     assert run.row_values(1) == [1, 33, 34, 4, 9, 3]  # ceil(33 / 16): a block per crossing
     assert rows.fewest_left() == 5
+    # By offset in the last block, with the lag: 18 % 16 and 33 % 16 (stored: 16 and 31).
+    assert rows.offset_counts() == [0, 1, 1] + [0] * 13
     assert run.num_computed.tolist() == [18, 33]
     assert run.num_tokens.tolist() == [19, 34]
     assert run.num_generated.tolist() == [3, 4]
@@ -139,6 +143,29 @@ def test_pending_decode_steps_reach_every_column_when_read() -> None:
     assert run.last_token_s.tolist() == [0.5, 0.5]
     run.append(2, 3, 4, 0, 5, 1, 0.75)  # a row appended after the decode keeps its own values
     assert run.row_values(2) == [2, 3, 4, 0, 5, 1]
+
+
+@pytest.mark.parametrize("before", [0, 1, 2, 5])
+def test_extend_stores_the_rows_append_stores(before: int) -> None:
+    """``RunningSet.extend`` (a waiting pass's admissions) against ``append`` of each row: the
+    buffers (grown from 2 rows across one or two doublings), the token times and the rows
+    reported to ``appended``, with a lag and an ITL log position pending."""
+    one, each = (RunningSet(capacity=2, block_size=16, max_itl_s=np.full(9, np.nan)) for _ in "ab")
+    for run in (one, each):
+        for rid in range(before):
+            run.append(rid, 20 + rid, 21 + rid, 1, 60, 2, 0.25)
+        run.rows.lag, run.rows.itl_length = 3, 7
+        run.appended = []
+    new = [(5, 40, 2, 80, 3), (6, 17, 0, 30, 2), (7, 1, 0, 9, 1)]
+    one.extend(new, 0.5)
+    for rid, tokens, generated, target, held in new:
+        each.append(rid, 0, tokens, generated, target, held, 0.5)
+    assert len(one) == len(each) == before + 3
+    np.testing.assert_array_equal(one._ints[:, : len(one)], each._ints[:, : len(each)])
+    np.testing.assert_array_equal(one._times[: len(one)], each._times[: len(each)])
+    assert one.appended == each.appended
+    assert one.appended is not None
+    assert one.appended[1] == (6, -3, 14, -3, 30, 2, 7)  # stored: the decode columns less the lag
 
 
 def test_the_itl_log_gives_each_row_the_worst_gap_since_it_joined() -> None:
@@ -351,12 +378,11 @@ def _check_chain_tail(case: tuple[int, list[tuple[str, int]]], cut: int, gaps: l
         rec.recomputed_tokens[:] = np.arange(_RECORDS) * 7
     stored_sum = int(one._ints[1, :size].sum())
     chain_gaps = list(victim_gaps)
-    one.rows.leave_chain_tail(size, stored_sum, chain_gaps)
+    one.drop_chain_tail(size, stored_sum, chain_gaps)
     one.rows.note_victims(one_rec, ids, computed, chain_gaps)
     # The same requests preempted again by a later chain, before the first's are applied.
     later = [0.25 if i % 2 else -np.inf for i in range(len(ids))]  # below every log gap
     one.rows.note_victims(one_rec, ids, computed[::-1], list(later))
-    one._resize(size)
     for again, gap_list in ((computed, victim_gaps), (computed[::-1], later)):
         for rid, tokens, gap in zip(ids, again, gap_list, strict=True):
             each_rec.num_preemptions[rid] += 1

@@ -137,9 +137,7 @@ class _Chain:
             # rows' own list, read only until ``_commit``)
             self.left_stored, self.left_lag = rows.left, lag
             self.computed_sum = rows.computed_sum + self.n * lag  # of the running rows
-            hist = rows.hist  # by stored offset: a row's offset is its stored one plus the lag
-            cut = block - lag % block  # ``offsets[v] = hist[(v - lag) % block]``, rotated
-            offsets = hist[cut:] + hist[:cut]
+            offsets = rows.offset_counts()
         else:
             self.computed = run.num_computed.copy()  # the columns settled: no lag
             self.computed_lag = 0
@@ -397,9 +395,10 @@ class _Chain:
         """``_commit``'s rows with the rows implicit (``held``: the survivors' blocks). The
         victims leave from the tail: their worst gaps from the ITL log as it stood before the
         chain join their gaps in the chain, and their records are held back
-        (``ImplicitRows.leave_chain_tail``, ``note_victims``). The survivors take one ITL log
-        entry (the chain's longest step), ``j`` decode steps with the blocks they crossed, and
-        a token at the chain's end; then the finishes: the same records as the column writes."""
+        (``RunningSet.drop_chain_tail``, ``ImplicitRows.note_victims``). The survivors take one
+        ITL log entry (the chain's longest step), ``j`` decode steps with the blocks they
+        crossed, and a token at the chain's end; then the finishes: the same records as the
+        column writes."""
         r, p, j = self.r, self.p, self.j
         run = r.running
         rows = run.rows
@@ -407,9 +406,8 @@ class _Chain:
             gaps = self.victim_itl
             # The survivors' stored computed sum: the chain's (each victim's computed tokens
             # at the start left it at its pop), less their lag.
-            rows.leave_chain_tail(p, self.computed_sum - p * self.computed_lag, gaps)
+            run.drop_chain_tail(p, self.computed_sum - p * self.computed_lag, gaps)
             rows.note_victims(r.records, self.victim_ids, self.victim_computed, gaps)
-            run._resize(p)
         if j and p:
             rows.itl_mark(self.seg_max_itl)
             rows.decode(j, held - rows.ceil_sum, p)

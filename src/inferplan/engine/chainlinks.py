@@ -10,13 +10,14 @@ blocks runs its links in one loop over locals: the block state (``TailBlocks``' 
 ``K_p``, ``p``), the clock, the steps done and the records' lists are read once a chain and
 written back once, at its end, before ``_Chain._commit``.
 
-Every expression is the reference's (``_Chain``'s methods, kept for own blocks and as the
-reference in ``tests/engine/test_chain_links.py``): the same integers, the same float operations
-in the same order, the same calls out (``decode_line``, ``_steps_before``, the queue's
-``push_front`` and ``peek``, ``plain_head_chunk``, the intake), so runs are bit for bit the
-same. One test is known instead of asked: a preemption step follows a stretch that ended at the
-pool's first failing step (or, at the chain's start, ``is_consistent``'s first failure at step
-0), so its first victim is popped without asking ``first_failure`` again.
+Every expression is the reference's (``_Chain``'s methods, kept for own blocks and as the reference
+in ``tests/engine/test_chain_links.py``): the same integers, the same float operations in the same
+order, the same calls out (``decode_line``, ``_steps_before``, the queue's ``push_front`` and
+``peek``, ``plain_head_chunk``, the intake; a FIFO ``WaitingQueue``'s push and the per-link head
+test written out), so runs are bit for bit the same. One test is known instead of asked: a
+preemption step follows a stretch that ended at the pool's first failing step (or, at the chain's
+start, ``is_consistent``'s first failure at step 0), so its first victim is popped without asking
+``first_failure`` again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from inferplan.engine.plain_admission import plain_head_chunk
-from inferplan.engine.policies import FIFO_POLICIES
+from inferplan.engine.policies import FIFO_POLICIES, WaitingQueue
 from inferplan.engine.stretch import _steps_before
 from inferplan.metrics.moments import ARITHMETIC
 from inferplan.perf.roofline import RooflineModel
@@ -52,6 +53,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     head_tokens: int | None = None
     is_fifo = waiting.policy in FIFO_POLICIES
     queued = waiting.tokens  # the queue's dict: non-empty iff the queue is (``len(waiting)``)
+    # A FIFO ``WaitingQueue``'s ``push_front`` written out: the token count, then the deque.
+    appendleft = waiting._fifo.appendleft if is_fifo and type(waiting) is WaitingQueue else None
     intake = chain.intake
     max_tokens, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
     # The victims' ids and computed tokens read as Python ints through the columns' flat
@@ -85,9 +88,13 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                 row = p - 1
                 start = flat[computed_at + row] + start_lag
                 rid = flat[row]  # ``ids``: column 0
-                push_front(rid, num_tokens=start + j + 1)
-                if is_fifo:
-                    head_tokens = start + j + 1
+                if appendleft is not None:
+                    queued[rid] = head_tokens = start + j + 1
+                    appendleft(rid)
+                else:
+                    push_front(rid, num_tokens=start + j + 1)
+                    if is_fifo:
+                        head_tokens = start + j + 1
                 computed_sum -= start
                 victim_ids.append(rid)
                 victim_computed.append(start + j)
@@ -141,7 +148,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             if queued and p < max_seqs and max_tokens - p > 0:
                 available = usable - (p * (j // block) + k_p + at_least[block - j % block])
                 tokens = peek()[1] if head_tokens is None else head_tokens
-                if plain_head_chunk(tokens, max_tokens - p, block, available) is not None:
+                leftover = max_tokens - p  # ``plain_head_chunk``'s test, inline (per link)
+                if -(-(tokens if tokens < leftover else leftover) // block) <= available:
                     break
         preempting = True
         # ``_stretch_steps``

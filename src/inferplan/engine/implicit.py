@@ -166,9 +166,8 @@ class ImplicitRows:
         self.known_rows = row + 1
 
     def learn_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
-        """``learn`` where the rows after the known ones are the last and the caller has
-        their stored computed tokens, ``target - generated`` and held blocks as Python ints
-        (the admitted rows of ``implicit_step``)."""
+        """``learn`` of the last rows, after the known ones, from the caller's Python ints: their
+        stored computed tokens, ``target - generated`` and held blocks (``implicit_step``'s)."""
         if self.known_rows == 0:
             self._reset()
         self._add_rows(computed, keys, held)
@@ -180,12 +179,8 @@ class ImplicitRows:
 
     def _add_rows(self, computed: list[int], keys: list[int], held: list[int]) -> None:
         block, lag, start = self.block, self.lag, self.known_rows
-        hist, ceil_held, ceil_sum, held_rows = (
-            self.hist,
-            self.ceil_held,
-            self.ceil_sum,
-            self.held_rows,
-        )
+        hist, ceil_sum, held_rows = self.hist, self.ceil_sum, self.held_rows
+        ceil_held = self.ceil_held
         for row, c in enumerate(computed, start):
             hist[c % block] += 1
             blocks = -(-(c + lag) // block)
@@ -313,6 +308,11 @@ class ImplicitRows:
         if row < self.held_rows:
             held = -(-computed // self.block)
         return [rid, computed, tokens + lag, generated + lag, target, held]
+
+    def offset_counts(self) -> list[int]:
+        """Known rows per offset ``(computed + lag) % B``: ``hist[(v - lag) % B]`` at ``v``."""
+        top = -self.lag % self.block
+        return self.hist[top:] + self.hist[:top]
 
     def holds_ceil(self) -> bool:
         """Every row holds ``ceil(computed / B)`` blocks (vLLM v1's decode rows do)."""

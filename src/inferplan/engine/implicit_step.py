@@ -84,50 +84,80 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     if len(appended) == 1:  # the usual single admission, in scalars
         _admit_one(r, n, new_blocks, decode_context, emitted, chunks[0], appended[0])
         return True
-    ints, lag, size = run._ints, rows.lag, run._size
-    # The admitted rows' columns, stored (minus the lag): rows [n, size), appended in order.
-    admitted = list(zip(*appended, strict=True)) if appended else [()] * len(ints)
-    hits = [c + lag for c in admitted[_COMPUTED]]  # their computed tokens
+    _admit_many(r, n, new_blocks, decode_context, emitted, chunks, appended)
+    return True
+
+
+def _admit_many(
+    r: Replica,
+    n: int,
+    new_blocks: int,
+    decode_context: int,
+    emitted: float | None,
+    chunks: list[int],
+    appended: list[tuple[int, ...]],
+) -> None:
+    """The rest of ``implicit_decode_and_admit_step`` where no row or several were admitted
+    (``appended``: their columns as ``append`` stored them, minus the lag; above capacity
+    mostly a finish's resumed victims): the same values and records as the general form, the
+    admitted rows read in one pass where their prompts are all done (``_learn_admitted``)."""
+    rows = r.running.rows
+    lag = rows.lag
+    hits = [stored[_COMPUTED] + lag for stored in appended]  # their computed tokens
     duration = r.step_s.seconds(*step_shape(n, decode_context, chunks, hits))
-    r.trace.record(r.now, pool.num_blocks - pool.free_blocks)
+    r.trace.record(r.now, r.pool.num_blocks - r.pool.free_blocks)
     start = r.now  # the admitted rows' last token time (``admit_popped``'s ``now``)
     r.now += duration
     r.num_steps += 1
-    ends = [o + q for o, q in zip(hits, chunks, strict=True)]
-    whole = ends == [t + lag for t in admitted[_TOKENS]]  # every prompt done: all emit
-    resumed = [rid for rid, g in zip(admitted[_ID], admitted[_GENERATED], strict=True) if g + lag]
-    if not whole and emit_admitted(r, n, chunks, appended, start, duration):
-        return True  # the last admitted prefills on (``chunk_step.py``)
-    if not whole or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
-        _general_emit(r, n, ends, duration)
-        return True
+    # Every prompt done (all emit): ``hit + chunk == tokens``, both sides less the lag.
+    resumed = []  # the admitted rows that emitted before (preempted requests back)
+    for stored, chunk in zip(appended, chunks, strict=True):
+        if stored[_COMPUTED] + chunk != stored[_TOKENS]:
+            if emit_admitted(r, n, chunks, appended, start, duration):
+                return  # the last admitted prefills on (``chunk_step.py``)
+            _general_emit(r, n, [o + q for o, q in zip(hits, chunks, strict=True)], duration)
+            return
+        if stored[_GENERATED] + lag:
+            resumed.append(stored[_ID])
+    if resumed and not _one_step_gaps(r, n, emitted, start, duration):
+        _general_emit(r, n, [o + q for o, q in zip(hits, chunks, strict=True)], duration)
+        return
     rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
-    if size > n:  # admitted rows: computed = end; tokens and generated + 1 cancel the lag's + 1
-        stored = [end - lag - 1 for end in ends]
-        if size == n + 1:  # the usual single admission: a scalar write (a flat buffer's)
-            run._flat[_COMPUTED * run._capacity + n] = stored[0]
-        else:
-            ints[_COMPUTED, n:size] = stored
-        block = rows.block
-        if list(admitted[_HELD]) == [-(-end // block) for end in ends]:
-            rows.held_rows = size
-        if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted ones
-            keys = [t - g for t, g in zip(admitted[_TARGET], admitted[_GENERATED], strict=True)]
-            rows.learn_rows(stored, keys, list(admitted[_HELD]))
+    if appended:
+        _learn_admitted(r, n, appended, lag)
     if resumed:
         _resumed_gaps(r, n, resumed, duration)
     else:
         _old_rows_gaps(r, n, emitted, duration)
     rows.itl_restart(n)  # the admitted rows' gaps start at their first token
-    first_token_s = r.records.first_token_s
-    for rid, g in zip(admitted[_ID], admitted[_GENERATED], strict=True):
-        if not g + lag:  # a first token (a resumed request emitted its first before)
-            first_token_s[rid] = r.now
     rows.emitted(r.now)
     r._decoding = True  # every row has sampled and needs one token
     if rows.fewest_left() <= 0:
         r.finish(rows.finished_rows())
-    return True
+
+
+def _learn_admitted(r: Replica, n: int, appended: list[tuple[int, ...]], lag: int) -> None:
+    """The admitted rows (``[n, size)``, every prompt done in this step: computed tokens
+    ``tokens - 1`` as stored, ``lag``: the lag before the step's decode) written into the
+    computed column, the held prefix and the scalars, and their first tokens, in one pass."""
+    run, rows = r.running, r.running.rows
+    block, now = rows.block, r.now
+    first_token_s = r.records.first_token_s
+    stored_computed, keys, held = [], [], []
+    holds_ceil = True
+    for rid, _, tokens, generated, target, row_held, _ in appended:
+        stored_computed.append(tokens - 1)  # ``end - lag - 1``: ``end`` is ``tokens + lag``
+        keys.append(target - generated)
+        held.append(row_held)
+        if row_held != -(-(tokens + lag) // block):
+            holds_ceil = False
+        if not generated + lag:  # a first token (a resumed request emitted its first before)
+            first_token_s[rid] = now
+    run._ints[_COMPUTED, n : run._size] = stored_computed
+    if holds_ceil:
+        rows.held_rows = run._size
+    if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted ones
+        rows.learn_rows(stored_computed, keys, held)
 
 
 def _decode_evicting(pool: BlockPool, cache: OwnBlocks, new_blocks: int, fit: HeadFit) -> HeadFit:

@@ -8,7 +8,8 @@ free pool and appends the row. Above capacity each finish re-admits several pree
 at once (their whole recomputed KV as chunks; 7.6 a pass on average in ``above``, up to some
 eighty): a FIFO queue's pass runs in one frame, the head test (``plain_head_chunk``) and the
 queue's ``peek`` and ``pop`` inline, with the same tests in the same order on the same counts
-as the request-at-a-time pass (``admit_stepwise``: the heap queues' form, and the reference).
+as the request-at-a-time pass (``admit_stepwise``: the heap queues' form, and the reference),
+and its rows appended once it ends (``RunningSet.extend``: nothing reads them before).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def admit_plainly(
     block, room = pool.block_size, s.cfg.max_num_seqs - run._size
     first_scheduled_s = s.records.first_scheduled_s
     first, prompt, target = first_scheduled_s.item, s.prompt_tokens.item, s.target_tokens.item
+    admitted: list[tuple[int, int, int, int, int]] = []  # ``RunningSet.extend``'s rows
     while fifo and room > 0 and budget > 0:
         rid = fifo[0]
         num_tokens = queued[rid]
@@ -59,10 +61,12 @@ def admit_plainly(
         pool.free_blocks -= blocks  # nothing to evict
         if math.isnan(first(rid)):  # ``item``: a Python float
             first_scheduled_s[rid] = now
-        run.append(rid, 0, num_tokens, int(num_tokens - prompt(rid)), target(rid), blocks, now)
+        admitted.append((rid, num_tokens, int(num_tokens - prompt(rid)), target(rid), blocks))
         sched.append(chunk)
         budget -= chunk
         room -= 1
+    if admitted:  # the rows appended in order once the pass ends (nothing read them before)
+        run.extend(admitted, now)
 
 
 def admit_stepwise(

@@ -176,6 +176,36 @@ class RunningSet:
             self.appended.append(stored)
         self._size = row + 1
 
+    def extend(self, new: list[tuple[int, int, int, int, int]], last_token_s: float) -> None:
+        """``append`` of each of these rows with no computed tokens, in order, all with one
+        last token time: (id, num_tokens, num_generated, target, held_blocks) each (a waiting
+        pass's admissions, ``engine/plain_admission.py``): the same buffers and ``appended``."""
+        row = size = self._size
+        while size + len(new) > len(self._times):  # doubling, as ``append`` grows them
+            capacity = len(self._times)
+            ints = np.zeros((len(_INT_COLUMNS), 2 * capacity), dtype=np.int64)
+            ints[:, :size] = self._ints[:, :size]
+            times = np.zeros(2 * capacity, dtype=np.float64)
+            times[:size] = self._times[:size]
+            self._set_buffers(ints, times)
+        rows, appended = self.rows, self.appended
+        lag, itl_from = rows.lag, rows.itl_length  # stored decode columns lag the decode steps
+        flat, capacity = self._flat, self._capacity
+        for request_id, num_tokens, num_generated, target, held_blocks in new:
+            stored = (request_id, -lag, num_tokens - lag, num_generated - lag, target)
+            flat[row] = request_id
+            flat[capacity + row] = -lag
+            flat[2 * capacity + row] = stored[2]
+            flat[3 * capacity + row] = stored[3]
+            flat[4 * capacity + row] = target
+            flat[5 * capacity + row] = held_blocks
+            flat[6 * capacity + row] = itl_from
+            if appended is not None:
+                appended.append((*stored, held_blocks, itl_from))
+            row += 1
+        self._times[size:row] = last_token_s
+        self._size = row
+
     def decode(self, steps: int) -> None:
         """Every row computes, emits and holds ``steps`` more tokens (``num_computed``,
         ``num_tokens`` and ``num_generated`` each grow by ``steps``), in one numpy call."""
@@ -257,6 +287,13 @@ class RunningSet:
         if size < self._size:
             self.rows.leave_tail(size)
         self._resize(size)
+
+    def drop_chain_tail(self, size: int, stored_sum: int, gaps: list[float]) -> None:
+        """Keep the first ``size`` rows where a chain preempted the rest (``engine/chain.py``):
+        ``ImplicitRows.leave_chain_tail`` from the chain's survivors' stored computed sum and
+        its victims' worst gaps (the last row first; joined there by their ITL log's)."""
+        self.rows.leave_chain_tail(size, stored_sum, gaps)
+        self._size = size
 
     @property
     def all_decoding(self) -> bool:
