@@ -135,8 +135,7 @@ class _Cycles:
         self.implicit = _implicit(run.rows, self.block)
         if self.implicit:  # from the rows' scalars, their columns left as they are
             rows = run.rows
-            top = -rows.lag % self.block  # stored offset ``(o - lag) % B`` of offset ``o``
-            self.by_offset = rows.hist[top:] + rows.hist[:top]
+            self.by_offset = rows.offset_counts()  # ``_implicit`` holds rows.block == block
             self.held = rows.ceil_sum
             self.context = rows.computed_sum + self.n * (rows.lag + 1)
             self.steps_left = rows.fewest_left()
