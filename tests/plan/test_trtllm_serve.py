@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from inferplan.engine.session import ServingOptions
+from inferplan.engine.session import ServingOptions, simulate, simulation_config
 from inferplan.errors import InferplanError
+from inferplan.memory.blockpool import FULL_ATTENTION
+from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import bundled_efficiency
+from inferplan.perf.factory import build_step_model
 from inferplan.plan.published import PublishedRow, bundled_published
 from inferplan.plan.published_runs import memory_plan, predict_run, run_setup
 from inferplan.plan.trtllm_serve import (
@@ -19,6 +23,7 @@ from inferplan.plan.trtllm_serve import (
     parse_serve_constants,
     serve_efficiency,
 )
+from inferplan.workload.request import Workload
 
 
 def _runs(case_suffix: str) -> list[PublishedRow]:
@@ -95,3 +100,44 @@ def test_served_upstream_fp8_checkpoints_keep_their_kv_in_bf16() -> None:
         and not r.settings.get("frontend")
     )
     assert memory_plan(run_setup(bench)).kv_format.name == "fp8"
+
+
+def _gpt_oss_120b_h100_plan() -> MemoryPlan:
+    row = _runs("gpt-oss-120b-h100-tensorrt-llm-e63df6")[0]
+    return memory_plan(run_setup(row))
+
+
+def test_tensorrt_llms_pool_holds_every_gpt_oss_layer_at_full_length() -> None:
+    """TensorRT-LLM's KV manager gives every layer ``max_seq_len`` unless
+    ``kv_cache_config.max_attention_window`` lists the windows, which ``trtllm-serve``'s
+    command does not: gpt-oss-120b's 36 layers x 2 x 8 KV heads x 64 dims x 2 bytes = 73,728
+    bytes a token, 32-token blocks, one group; vLLM's hybrid pool keeps the 18 windowed layers
+    apart (two groups, half-size units: twice the blocks)."""
+    plan = _gpt_oss_120b_h100_plan()
+    trtllm = simulation_config(plan, ServingOptions(engine="trtllm")).scheduler
+    vllm = simulation_config(plan, ServingOptions(engine="vllm")).scheduler
+    assert trtllm.kv_groups == FULL_ATTENTION
+    assert trtllm.kv_block_bytes == 73_728 * 32
+    assert trtllm.num_blocks == int(plan.worst_stage.kv_bytes // (73_728 * 32))
+    assert vllm.kv_groups != FULL_ATTENTION and vllm.num_blocks // 2 == trtllm.num_blocks
+
+
+def test_guaranteed_no_evict_admits_what_full_length_reservations_hold() -> None:
+    """200 requests of 1,000 + 1,000 tokens at t = 0 on gpt-oss-120b, one H100: each reserves
+    ceil(2,000 / 32) = 63 full-length blocks, so at most ``num_blocks // 63`` run at once
+    (5,688 // 63 = 90); with the windowed layers held to their window, 63 blocks of the full
+    layers and at most 5 (128 / 32 + 1) of the windowed ones would admit about twice as many."""
+    plan = _gpt_oss_120b_h100_plan()
+    blocks = simulation_config(plan, ServingOptions(engine="trtllm")).scheduler.num_blocks
+    n = 200
+    workload = Workload(
+        arrival_s=np.zeros(n),
+        input_tokens=np.full(n, 1000, dtype=np.int64),
+        output_tokens=np.full(n, 1000, dtype=np.int64),
+        class_ids=np.zeros(n, dtype=np.int64),
+    )
+    result = simulate(plan, build_step_model(plan), workload, ServingOptions(engine="trtllm"))
+    rec = result.records
+    starts = np.sort(rec.first_scheduled_s)
+    running_at = [np.sum((rec.first_scheduled_s <= t) & (rec.finish_s > t)) for t in starts]
+    assert max(running_at) == blocks // 63 == 90

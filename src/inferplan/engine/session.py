@@ -291,7 +291,10 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
     cfg = plan.config
     host_link = plan.gpu.host_link_bytes_s or 32e9
     layout = pool_layout(plan)  # full and sliding-window layers share the pool
-    if options.engine == "sglang":  # no hybrid SWA pool: windowed layers at full length
+    # Windowed layers at full length: SGLang has no hybrid SWA pool by default; TensorRT-LLM's
+    # KV manager gives every layer ``max_seq_len`` unless ``kv_cache_config.max_attention_window``
+    # lists the windows (``plan/trtllm_serve.py``).
+    if options.engine in ("sglang", "trtllm"):
         layout = sglang_full_pool(plan) or layout
     dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
     if options.engine == "sglang" and any(g.max_blocks == 1 for g in layout.groups):

@@ -9,6 +9,13 @@ gets instead, from TensorRT-LLM's ``tensorrt_llm/commands/serve.py`` ``get_llm_a
 - **Limits and memory**: the LLM API's ``max_batch_size`` 2048 and ``max_num_tokens`` 8192
   (``specs/engines.py``), not ``trtllm-bench``'s heuristic from the dataset
   (``plan/trtllm_bench.py``); ``free_gpu_memory_fraction`` 0.9 unless the command sets it.
+  The KV manager sizes every layer at ``max_seq_len`` unless ``kv_cache_config``
+  ``max_attention_window`` lists per-layer windows (``_torch/pyexecutor/resource_manager.py``
+  ``KVCacheManager``: ``[max_seq_len]`` when it is None; ``_util.py`` builds a variable-window
+  pool only from a user's list), and no GPUStack command sets it: gpt-oss's 18 windowed layers
+  hold every token of a sequence, as in ``trtllm-bench``'s closed form, and GUARANTEED_NO_EVICT
+  reserves a request's prompt + ``max_tokens`` in each (``engine/session.py`` gives
+  ``--engine trtllm`` the full-length pool; the attention kernels still apply the window).
 - **Chunked prefill** off (``enable_chunked_prefill`` False) unless the command turns it on
   (``chunked_prefill``: ``engine/schedulers.py`` ``TrtllmChunkedScheduler``); without it a
   prompt longer than ``max_num_tokens`` is refused.
