@@ -37,6 +37,7 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.efficiency import Efficiency, efficiency_for, load_efficiency_file
 from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
+from inferplan.perf.moe_passes import engine_moe_passes
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -231,6 +232,7 @@ class DeploymentFlags:
             exchange = run_exchange(plan, self.engine)  # the engine's own, as ``validate`` runs it
             if exchange is not None:
                 model.moe_exchange = exchange
+            model.moe_passes = engine_moe_passes(self.engine)  # perf/moe_passes.py
         return model
 
     def frontend(self) -> FrontEnd:

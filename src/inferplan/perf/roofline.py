@@ -42,6 +42,7 @@ from inferplan.perf.kernel_floor import (
 )
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
+from inferplan.perf.moe_passes import expert_passes
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.perf.sparse_attention import read_window
@@ -54,6 +55,7 @@ from inferplan.specs.topology import Topology, topology_for
 
 # Entries each of the model's caches (lines, operators, pieces) holds before it starts over.
 LINE_CACHE_SIZE = 4096
+_TokenParts = tuple[tuple[tuple[Piece, Piece], ...], float]  # ``_token_pieces``
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class RooflineModel:
         self.cuda_graphs = cuda_graphs
         self._graphs: CudaGraphs | None = None  # ``graphs``
         self.moe_exchange = "alltoall"  # "allgather", "allgather_bf16": perf/moe_comm.py
+        self.moe_passes = False  # the experts' copy, activation and finalize (perf/moe_passes.py)
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()
@@ -97,8 +100,7 @@ class RooflineModel:
         self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
         # ``_pieces``' caches (the attention core's in ``perf/attention_pieces.py``).
-        self._token_parts: dict[tuple[float, str], tuple[tuple[tuple[Piece, Piece], ...], float]]
-        self._token_parts = {}
+        self._token_parts: dict[tuple[float, str, bool], _TokenParts] = {}
         self._head_pieces: dict[float, Piece] = {}
         kv_bytes = self.kv.bytes_per_value
         layers = [
@@ -307,10 +309,10 @@ class RooflineModel:
             head = keep(self._head_pieces, logits, (lm_head,), LINE_CACHE_SIZE)
         return head
 
-    def _token_pieces(self, tokens: float) -> tuple[tuple[tuple[Piece, Piece], ...], float]:
+    def _token_pieces(self, tokens: float) -> _TokenParts:
         """Per layer group, the operators that depend on the micro-batch's ``tokens`` only
         (the projections; the FFN and elementwise passes), and the layers' communication."""
-        key = (tokens, self.moe_exchange)
+        key = (tokens, self.moe_exchange, self.moe_passes)
         cached = self._token_parts.get(key)
         if cached is not None:
             return cached
@@ -341,7 +343,10 @@ class RooflineModel:
                 elementwise, elementwise_kernels(group.attention), self.kernel_floor_s
             )
             ffn_ops = [
-                floored(op, ffn_kernels(group.ffn, op.name), self.kernel_floor_s) for op in ffn_ops
+                op
+                if op.name == "expert_passes"  # their launches are among the experts'
+                else floored(op, ffn_kernels(group.ffn, op.name), self.kernel_floor_s)
+                for op in ffn_ops
             ]
             around.append((proj, (*ffn_ops, elementwise)))
         return keep(self._token_parts, key, (tuple(around), comm), LINE_CACHE_SIZE)
@@ -374,6 +379,10 @@ class RooflineModel:
             ops.append(self._gemm("shared_experts", shared, local, self.formats.linear, count))
         experts, hit = self._experts(ffn, tokens, count)
         ops.append(experts)
+        if self.moe_passes:  # TensorRT-LLM's copy, activation and finalize (perf/moe_passes.py)
+            rate = self.bandwidth * self.eff.memory_bandwidth
+            table, fmt = self.expert_table(ffn), self.formats.experts
+            ops.append(expert_passes(ffn, hidden, tokens, count, table, tp, fmt, rate))
         if self.par.enable_expert_parallel:  # all-to-all or all-gather (perf/moe_comm.py)
             args = (self.par, self.formats.experts, self.gpu, self.eff, self.topology)
             return ops, moe_exchange_s(self.moe_exchange, tokens * hidden, hit, *args)

@@ -42,6 +42,7 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
+from inferplan.perf.moe_passes import engine_moe_passes
 from inferplan.perf.overlap import on_host
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -279,6 +280,7 @@ def run_step_model(
         exchange = run_exchange(plan, engine)
         if exchange is not None:
             step.moe_exchange = exchange
+        step.moe_passes = engine_moe_passes(engine)  # TensorRT-LLM's (perf/moe_passes.py)
     return step
 
 
