@@ -37,12 +37,11 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.efficiency import Efficiency, efficiency_for, load_efficiency_file
 from inferplan.perf.expert_loads import parse_routing
 from inferplan.perf.factory import build_step_model
-from inferplan.perf.moe_passes import engine_moe_passes
 from inferplan.perf.placement import PLACEMENTS
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 from inferplan.perf.table import load_operator_table
-from inferplan.plan.published_runs import run_exchange
+from inferplan.plan.engine_moe import with_engine_moe
 from inferplan.plan.trtllm_runtime import runtime_efficiency, runtime_frontend, runtime_graphs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.engines import (
@@ -205,8 +204,8 @@ class DeploymentFlags:
         ``engine_costs``: ``--engine``'s host costs, kernel factor and decode CUDA graphs, as
         ``validate`` predicts a served run (``plan/served.py``; TensorRT-LLM's by
         ``--trtllm-runtime``, ``plan/trtllm_runtime.py``; ``--calibration`` replaces the
-        constants). Under attention DP the MoE layers exchange tokens as ``--engine`` does
-        (``plan/published_runs.py`` ``run_exchange``)."""
+        constants). The MoE layers exchange tokens under attention DP and run their expert
+        passes as ``--engine`` does (``plan/engine_moe.py``)."""
         moe = next((g.ffn for g in plan.spec.layer_groups if g.ffn.kind == "moe"), None)
         routing = parse_routing(
             self.expert_routing,
@@ -229,10 +228,7 @@ class DeploymentFlags:
         if isinstance(model, RooflineModel):
             if engine_costs:
                 model.graphs = runtime_graphs(plan, self.engine, self.trtllm_runtime)
-            exchange = run_exchange(plan, self.engine)  # the engine's own, as ``validate`` runs it
-            if exchange is not None:
-                model.moe_exchange = exchange
-            model.moe_passes = engine_moe_passes(self.engine)  # perf/moe_passes.py
+            with_engine_moe(model, plan, self.engine)  # as ``validate`` runs it
         return model
 
     def frontend(self) -> FrontEnd:

@@ -14,8 +14,9 @@ from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.roofline import RooflineModel
 from inferplan.plan import closed_form
+from inferplan.plan.engine_moe import run_exchange
 from inferplan.plan.published import PublishedRow, bundled_published
-from inferplan.plan.published_runs import memory_plan, run_exchange, run_setup, run_step_model
+from inferplan.plan.published_runs import memory_plan, run_setup, run_step_model
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import load_gpu
 from inferplan.specs.parallel import Parallelism

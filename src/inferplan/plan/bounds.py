@@ -35,6 +35,7 @@ from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.factory import build_step_model
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
+from inferplan.plan.engine_moe import with_engine_moe
 from inferplan.plan.request import PlanRequest
 from inferplan.plan.slo import class_targets
 from inferplan.plan.space import ReplicaConfig
@@ -112,13 +113,15 @@ def _spec(model_name: str) -> ModelSpec:
 
 
 def step_model(plan: MemoryPlan, engine: str, trtllm_runtime: str | None = None) -> StepTimeModel:
-    """The step-time model of ``engine`` serving ``plan``: its host costs, kernel factor and
+    """The step-time model of ``engine`` serving ``plan``: its host costs, kernel factor,
     decode CUDA graphs (``plan/served.py``; TensorRT-LLM's by runtime,
-    ``plan/trtllm_runtime.py``), as ``inferplan simulate --engine`` predicts."""
+    ``plan/trtllm_runtime.py``) and MoE pieces (``plan/engine_moe.py``), as ``inferplan
+    simulate --engine`` predicts."""
     efficiency = runtime_efficiency(efficiency_for(plan.gpu), plan, engine, trtllm_runtime)
     model = build_step_model(plan, efficiency=efficiency)
     if isinstance(model, RooflineModel):
         model.graphs = runtime_graphs(plan, engine, trtllm_runtime)
+        with_engine_moe(model, plan, engine)  # as ``validate`` and ``simulate`` run it
     return model
 
 

@@ -42,7 +42,6 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
-from inferplan.perf.moe_passes import engine_moe_passes
 from inferplan.perf.overlap import on_host
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
@@ -52,7 +51,8 @@ from inferplan.plan.chat_stream import (
     with_empty_chunks,
     with_merged_gaps,
 )
-from inferplan.plan.closed_form import bench_exchange, steady_state_throughput
+from inferplan.plan.closed_form import steady_state_throughput
+from inferplan.plan.engine_moe import with_engine_moe
 from inferplan.plan.published import (
     ENGINES,
     WEIGHT_DTYPES,
@@ -260,7 +260,7 @@ def run_step_model(
 ) -> StepTimeModel:
     """The run's step-time model: its engine release's constants (TensorRT-LLM's host work at
     the host CPU's speed, ``perf/overlap.py`` ``on_host``), decode CUDA graphs and MoE exchange
-    (``run_exchange``)."""
+    (``plan/engine_moe.py``)."""
     engine, version = ENGINES[first.engine], first.engine_version
     eff = efficiency or served_efficiency(efficiency_for(plan.gpu), plan, engine, version)
     if efficiency is not None:  # the deployment's fused-MoE configs, on fitted constants too
@@ -277,27 +277,8 @@ def run_step_model(
     if isinstance(step, RooflineModel):
         if not setup.closed_form:
             step.graphs = served_graphs(plan, engine, version)
-        exchange = run_exchange(plan, engine)
-        if exchange is not None:
-            step.moe_exchange = exchange
-        step.moe_passes = engine_moe_passes(engine)  # TensorRT-LLM's (perf/moe_passes.py)
+        with_engine_moe(step, plan, engine)  # plan/engine_moe.py
     return step
-
-
-def run_exchange(plan: MemoryPlan, engine: str) -> str | None:
-    """The MoE exchange a run's engine takes under attention DP, or None for the step model's
-    default (``perf/moe_comm.py``): TensorRT-LLM's, ``trtllm-bench`` and ``trtllm-serve`` alike
-    (``closed_form.bench_exchange``: an all-gather of the quantised activations and a
-    reduce-scatter of the output on the published parts); SGLang's DP attention without a
-    DeepEP backend (none of the table's runs states ``--moe-a2a-backend``) gathers every rank's
-    BF16 hidden states before the MoE layer quantises them and reduce-scatters its output
-    (``layers/dp_attention.py`` ``dp_gather_partial``, ``dp_reduce_scatter_tensor``)."""
-    if engine == "trtllm":
-        return bench_exchange(plan)
-    dp_moe = plan.spec.moe_ffn is not None and plan.parallelism.attention_dp > 1
-    if engine == "sglang" and dp_moe:
-        return "allgather_bf16"
-    return None
 
 
 def simulate_run(
