@@ -18,7 +18,9 @@ def _model(pp: int) -> RooflineModel:
     """Llama-3.1-8B (32 layers) with only the overheads set, nothing hidden behind the GPU."""
     model = roofline("Llama-3.1-8B", pp=pp)
     eff = unit_efficiency(
-        step_overhead_s=STEP_S, per_seq_overhead_s=PER_SEQ_S, layer_overhead_s=LAYER_S
+        step_overhead_s=STEP_S,
+        per_seq_overhead_s=PER_SEQ_S,
+        layer_overhead_s=LAYER_S,
     )
     return RooflineModel(
         model.spec, model.gpu, model.par, model.formats, model.kv, replace(eff, host_overlap=0.0)
@@ -48,10 +50,20 @@ def test_the_earlier_reading_charges_one_host_step_and_one_stage(
     )
 
 
-def test_without_pipeline_both_readings_are_the_same_float(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    batch = decode(8, 500)
-    now = _model(1).step_time(batch).total_s
-    monkeypatch.setattr(pipeline_costs, "PIPELINE_MICROBATCH_COSTS", False)
-    assert _model(1).step_time(batch).total_s == now
+def test_without_pipeline_the_earlier_sum_is_kept_to_the_last_bit() -> None:
+    """pp = 1: host, launches and eager launches summed in the earlier order; with these values
+    (a + b) + c and a + (b + c) differ in the last bit, so a reordered sum fails here."""
+    eff = replace(_model(1).eff, eager_layer_overhead_s=3e-7)
+    batch = decode(1, 500)
+    got = pipeline_costs.stage_pass_overhead_s(
+        eff,
+        batch,
+        attention_dp=1,
+        stage_layers=32,
+        microbatches=1,
+        pipeline_factor=1.0,
+        eager=True,
+    )
+    host = STEP_S + PER_SEQ_S
+    assert got == (host + 32 * LAYER_S) + 32 * 3e-7
+    assert got != host + (32 * LAYER_S + 32 * 3e-7)

@@ -41,9 +41,11 @@ def stage_pass_overhead_s(
     """The step's fixed costs per stage pass: the caller multiplies by ``pipeline_factor``."""
     host = host_s(eff, batch, attention_dp)
     launches = eff.layer_overhead_s * stage_layers
+    once = host + launches  # summed in this order so that pp = 1 repeats the earlier floats
     if eager:
+        once += eff.eager_layer_overhead_s * stage_layers
         launches += eff.eager_layer_overhead_s * stage_layers
-    if not PIPELINE_MICROBATCH_COSTS:
-        return (host + launches) / pipeline_factor
+    if not PIPELINE_MICROBATCH_COSTS or pipeline_factor == 1:
+        return once / pipeline_factor
     host += (microbatches - 1) * eff.step_overhead_s
     return host / pipeline_factor + launches
