@@ -45,6 +45,7 @@ from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.moe_passes import expert_passes
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
+from inferplan.perf.pipeline_costs import stage_pass_overhead_s
 from inferplan.perf.sparse_attention import read_window
 from inferplan.specs.dtypes import NumberFormat
 from inferplan.specs.hardware import GpuSpec
@@ -458,12 +459,17 @@ class RooflineModel:
         return op, float(self.expert_table(ffn).hit_probability.max())
 
     def _overhead(self, batch: StepBatch, eager: bool) -> float:
-        """Per-step CPU and launch costs of one rank's scheduler and forward."""
-        dpa = self.par.attention_dp
-        overhead = host_s(self.eff, batch, dpa) + self.eff.layer_overhead_s * self.stage_layers
-        if eager:
-            overhead += self.eff.eager_layer_overhead_s * self.stage_layers
-        return overhead / self.pipeline_factor(batch)
+        """Per-step CPU and launch costs of one rank's scheduler and forward, per stage pass
+        (micro-batches each pay the host's step work and their launches: perf/pipeline_costs)."""
+        return stage_pass_overhead_s(
+            self.eff,
+            batch,
+            attention_dp=self.par.attention_dp,
+            stage_layers=self.stage_layers,
+            microbatches=self.microbatches(batch),
+            pipeline_factor=self.pipeline_factor(batch),
+            eager=eager,
+        )
 
     # ---- evaluation -------------------------------------------------------------------------
 
