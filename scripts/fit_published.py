@@ -61,6 +61,7 @@ from pathlib import Path
 from inferplan.perf import comm
 from inferplan.plan.fitting.config import (
     COLLECTIVE_KEYS,
+    SHARED_KEYS,
     Constants,
     FitConfig,
     family_of,
@@ -142,6 +143,12 @@ def parser() -> argparse.ArgumentParser:
         "(trtllm-pytorch) and the main revision and 1.1 on (trtllm-pytorch-1.1)",
     )
     p.add_argument(
+        "--split-keys",
+        help="With --release-split: the host costs the 1.1 class fits for itself "
+        "(comma-separated, e.g. step_overhead_s,per_seq_overhead_s); the others it takes from "
+        "the 0.19-1.0 class (default: every one its own)",
+    )
+    p.add_argument(
         "--overlap-scheduler",
         nargs="?",
         const="pytorch",
@@ -213,7 +220,10 @@ def fit_config(args: argparse.Namespace) -> FitConfig | str:
         classes = known if named == ["pytorch"] else tuple(named)
         if not set(classes) <= set(known):
             return f"--overlap-scheduler: choose from {', '.join(known)} (or no value: all)"
-    return FitConfig.from_flags(args.per_hop, args.gemm_shape, classes, args.release_split)
+    keys = tuple(args.split_keys.split(",")) if args.split_keys else ()
+    if keys and not (args.release_split and set(keys) <= set(SHARED_KEYS)):
+        return f"--split-keys: with --release-split, from {', '.join(SHARED_KEYS)}"
+    return FitConfig.from_flags(args.per_hop, args.gemm_shape, classes, args.release_split, keys)
 
 
 @dataclass

@@ -94,3 +94,36 @@ def test_split_start_gives_each_class_its_rows_and_priors() -> None:
     committed = committed_constants(rows, set(), config)
     assert committed.costs[PYTORCH_1_1] == start.costs[PYTORCH_1_1]
     assert committed.costs[PYTORCH]["host_overlap"] == 1.0
+
+
+def test_split_keys_tie_the_other_costs_to_the_first_class() -> None:
+    """``--split-keys``: the 1.1 class fits its per-step and per-sequence host costs, its rows
+    run the 0.19-1.0 class's other costs, and that class's block reaches both classes' rows."""
+    keys = ("step_overhead_s", "per_seq_overhead_s")
+    config = FitConfig.from_flags(release_split=True, split_keys=keys)
+    assert config.inherited() == ("layer_overhead_s", "host_overlap", "routing_skew")
+    assert set(config.release_bounds(PYTORCH_1_1)) == set(keys)
+    assert config.block_classes(PYTORCH) == (PYTORCH, PYTORCH_1_1)
+    assert config.block_classes(PYTORCH_1_1) == (PYTORCH_1_1,)
+    costs = {
+        PYTORCH: {
+            "step_overhead_s": 1.0,
+            "per_seq_overhead_s": 2.0,
+            "layer_overhead_s": 3.0,
+            "host_overlap": 0.5,
+            "routing_skew": 0.7,
+        },
+        PYTORCH_1_1: {"step_overhead_s": 10.0, "per_seq_overhead_s": 20.0},
+    }
+    c = fitting_config.Constants({}, costs, True, config.inherited())
+    assert c.class_costs(PYTORCH_1_1) == {
+        "step_overhead_s": 10.0,
+        "per_seq_overhead_s": 20.0,
+        "layer_overhead_s": 3.0,
+        "host_overlap": 0.5,
+        "routing_skew": 0.7,
+    }
+    assert c.class_costs(PYTORCH) == costs[PYTORCH]
+    # without split keys every class is its own and nothing is tied
+    assert FitConfig.from_flags(release_split=True).inherited() == ()
+    assert FitConfig.from_flags(release_split=True).block_classes(PYTORCH) == (PYTORCH,)

@@ -73,6 +73,15 @@ SLOPE_STEPS: dict[str, float] = {
 # (``trtllm-pytorch``) and the main revision and 1.1 on (``PYTORCH_1_1``).
 PYTORCH = "trtllm-pytorch"
 PYTORCH_1_1 = "trtllm-pytorch-1.1"
+# The host costs every release class has (a class's ``split_keys`` aside, the 1.1 class can
+# take them from the 0.19-1.0 class).
+SHARED_KEYS = (
+    "step_overhead_s",
+    "per_seq_overhead_s",
+    "layer_overhead_s",
+    "host_overlap",
+    "routing_skew",
+)
 
 
 def release_class(row: PublishedRow, split: bool = False) -> str | None:
@@ -99,12 +108,15 @@ class FitConfig:
     """One fit's configuration. ``family_bounds``: the fractions fitted per GPU family and
     their bounds. ``release_fixed``: host costs that are a release class's facts, not fitted
     (``overlap_scheduler``). ``release_only``: host costs fitted for the named classes only
-    (``grace_host``: none by default). ``release_split``: the PyTorch backend in two classes."""
+    (``grace_host``: none by default). ``release_split``: the PyTorch backend in two classes;
+    ``split_keys``: the host costs the second class fits for itself, the others its rows take
+    from the first (none named: every one its own)."""
 
     family_bounds: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(FIT_BOUNDS))
     release_fixed: dict[str, dict[str, float]] = field(default_factory=dict)
     release_only: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"grace_host": ()})
     release_split: bool = False
+    split_keys: tuple[str, ...] = ()
 
     @classmethod
     def from_flags(
@@ -113,6 +125,7 @@ class FitConfig:
         gemm_shape: bool = False,
         overlap_scheduler: tuple[str, ...] = (),
         release_split: bool = False,
+        split_keys: tuple[str, ...] = (),
     ) -> FitConfig:
         """``overlap_scheduler``: the release classes whose host work runs behind the GPU's
         (the PyTorch backend's overlap scheduler, which trtllm-bench turns on in 0.19 and which
@@ -129,7 +142,19 @@ class FitConfig:
             release_fixed={r: {"host_overlap": 1.0} for r in overlap_scheduler},
             release_only={"grace_host": tuple(overlap_scheduler)},
             release_split=release_split,
+            split_keys=split_keys if release_split else (),
         )
+
+    def inherited(self) -> tuple[str, ...]:
+        """The host costs the 1.1 class takes from the 0.19-1.0 class (``split_keys``)."""
+        if not self.split_keys:
+            return ()
+        return tuple(k for k in SHARED_KEYS if k not in self.split_keys)
+
+    def block_classes(self, release: str) -> tuple[str, ...]:
+        """The classes whose rows a class's constants reach: the 0.19-1.0 class's shared
+        costs reach the 1.1 class's rows too."""
+        return (PYTORCH, PYTORCH_1_1) if release == PYTORCH and self.inherited() else (release,)
 
     def pytorch_classes(self) -> tuple[str, ...]:
         return (PYTORCH, PYTORCH_1_1) if self.release_split else (PYTORCH,)
@@ -138,10 +163,11 @@ class FitConfig:
         """The host costs fitted for ``release``: ``COST_BOUNDS`` less its fixed ones and those
         fitted for another release only."""
         fixed = self.release_fixed.get(release, {})
+        own = self.split_keys if release == PYTORCH_1_1 and self.split_keys else COST_BOUNDS
         return {
             k: b
             for k, b in COST_BOUNDS.items()
-            if k not in fixed and release in self.release_only.get(k, (release,))
+            if k not in fixed and k in own and release in self.release_only.get(k, (release,))
         }
 
     def log_keys(self) -> frozenset[str]:
@@ -168,14 +194,21 @@ class Constants:
     family: dict[str, Efficiency]
     costs: dict[str, dict[str, float]]
     release_split: bool = False
+    inherit: tuple[str, ...] = ()  # the 1.1 class's costs taken from the 0.19-1.0 class
 
     def release_of(self, row: PublishedRow) -> str | None:
         return release_class(row, self.release_split)
 
+    def class_costs(self, release: str) -> dict[str, float]:
+        """A class's host costs as its rows run them (its own, and those it inherits)."""
+        if release != PYTORCH_1_1 or not self.inherit:
+            return self.costs[release]
+        return {**{k: self.costs[PYTORCH][k] for k in self.inherit}, **self.costs[release]}
+
     def for_row(self, row: PublishedRow) -> Efficiency:
         eff = self.family[family_of(row)]
         release = self.release_of(row)
-        return replace(eff, **self.costs[release]) if release in self.costs else eff
+        return replace(eff, **self.class_costs(release)) if release in self.costs else eff
 
 
 def family_of(row: PublishedRow) -> str:

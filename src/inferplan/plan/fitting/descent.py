@@ -19,6 +19,7 @@ import numpy as np
 from inferplan.perf.efficiency import bundled_efficiency
 from inferplan.plan.calibration import golden_section, huber
 from inferplan.plan.fitting.config import (
+    PYTORCH_1_1,
     Constants,
     FitConfig,
     family_of,
@@ -110,8 +111,9 @@ def fit(
         for release in releases if only is None else sorted(only & set(releases)):
             if owners is not None and release not in owners:
                 continue
-            mine = [r for r in rows if release_of(r) == release]
-            part = served.block(_in_class(release_of, release)) if served else None
+            classes = config.block_classes(release)
+            mine = [r for r in rows if release_of(r) in classes]
+            part = served.block(_in_class(release_of, classes)) if served else None
             if mine or part:
                 bounds = config.release_bounds(release)
                 constants = descend(
@@ -131,9 +133,9 @@ def fit(
 
 
 def _in_class(
-    release_of: Callable[[PublishedRow], str | None], release: str
+    release_of: Callable[[PublishedRow], str | None], classes: tuple[str, ...]
 ) -> Callable[[PublishedRow], bool]:
-    return lambda row: release_of(row) == release
+    return lambda row: release_of(row) in classes
 
 
 def _of_family(family: str) -> Callable[[PublishedRow], bool]:
@@ -161,10 +163,12 @@ def start_constants(rows: list[PublishedRow], config: FitConfig) -> Constants:
     }
     costs = {}
     for release in sorted(releases, key=str):
-        mine = {**base, **config.release_fixed.get(str(release), {})}
+        own = config.split_keys if release == PYTORCH_1_1 and config.inherited() else base
+        mine = {k: v for k, v in base.items() if k in own}
+        mine.update(config.release_fixed.get(str(release), {}))
         mine.update({k: 1.0 for k, owners in config.release_only.items() if release in owners})
         costs[str(release)] = mine
-    return Constants(family, costs, config.release_split)
+    return Constants(family, costs, config.release_split, config.inherited())
 
 
 def committed_constants(rows: list[PublishedRow], refit: set[str], config: FitConfig) -> Constants:
@@ -177,7 +181,7 @@ def committed_constants(rows: list[PublishedRow], refit: set[str], config: FitCo
     committed = release_cpu_costs()
     fixed = config.release_fixed
     costs = {r: {**v, **committed.get(r, {}), **fixed.get(r, {})} for r, v in prior.costs.items()}
-    return Constants(family, costs, config.release_split)
+    return Constants(family, costs, config.release_split, config.inherited())
 
 
 def _sig4(value: float) -> float:

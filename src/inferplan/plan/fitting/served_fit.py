@@ -120,7 +120,7 @@ def bundled_as(c: Constants) -> Iterator[None]:
         name = FAMILY_OF_ARCHITECTURE.get(gpu.architecture, "default")
         return c.family[name] if name in c.family else bundled_efficiency(name)
 
-    costs = {**release_cpu_costs(), **c.costs}
+    costs = {**release_cpu_costs(), **{r: c.class_costs(r) for r in c.costs}}
     with (
         patch.object(published_runs, "efficiency_for", family_efficiency),
         patch.object(served_module, "release_cpu_costs", lambda: costs),
