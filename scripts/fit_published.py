@@ -44,7 +44,8 @@ also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
 (``perf/gemm_shape.py``, ``GEMM_SHAPE_BOUNDS``).
 
 ``--release-split`` fits the PyTorch backend's host costs as two release classes, 0.19-1.0 and
-the main revision and 1.1 on (``trtllm-pytorch-1.1``); ``--overlap-scheduler [CLASSES]`` puts
+the main revision and 1.1 on (``trtllm-pytorch-1.1``; ``--split-keys``: only those host costs
+its own, the others the first class's); ``--overlap-scheduler [CLASSES]`` puts
 those classes' host work behind the GPU's (``host_overlap`` 1) and fits their Grace host speed
 (``grace_host``; docs/validation.md, ``grace17`` and ``split18``).
 """
