@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from inferplan.perf.efficiency import bundled_efficiency
+from inferplan.plan.fitting.config import FitConfig, fit_rows
+from inferplan.plan.fitting.descent import committed_constants
 from inferplan.plan.served import release_cpu_costs
 
 from .fit_script import fit_published
 
 
 def test_refit_families_restart_from_the_priors_and_the_others_stay_committed() -> None:
-    fit = fit_published()
-    rows = [r for r in fit.fit_rows() if r.gpu in ("l40s", "h200_sxm_141gb")][:40]
-    constants = fit.committed_constants(rows, {"ada"})
+    rows = [r for r in fit_rows() if r.gpu in ("l40s", "h200_sxm_141gb")][:40]
+    constants = committed_constants(rows, {"ada"}, FitConfig())
     prior = bundled_efficiency("default")
     assert constants.family["ada"].gemm_compute == prior.gemm_compute
     assert constants.family["ada"].moe_gemm == prior.moe_gemm
