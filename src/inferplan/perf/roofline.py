@@ -1,21 +1,15 @@
 """The analytic step-time model: a roofline per operator, with calibrated efficiencies.
 
-Each operator takes ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff))`` on one device, with
-the peak of the dtype its matmuls run in; operators run one after another, so their times add.
-Per layer: attention projections, the attention core (causal prefill pairs, decode KV reads;
-MLA absorbed for decode, expanded for prefill; sliding windows cap what is read), the FFN (dense,
-or router + touched experts + shared experts), elementwise passes, and TP all-reduces (EP
-all-to-all for MoE layers). Per step: the LM head and fixed overheads. Pipeline parallelism
-splits the running batch into ``m = min(pp, sequences)`` micro-batches kept in flight, as vLLM
-v1's batch queue (``v1/engine/core.py`` ``step_with_batch_queue``) and TensorRT-LLM's in-flight
-micro-batches run them: in steady state a new micro-batch enters the first stage as the last
-one leaves it, so every sequence advances one token per ``pp`` bottleneck-stage times plus
-``pp - 1`` stage-to-stage sends, with no per-step fill-and-drain bubble.
-
-Every operator is affine in the decode context ``C`` (FLOPs and bytes are ``x0 + x1*C``), so a
-pure-decode stretch has a step time ``a + b*C`` until some operator's bound flips or a sliding
-window saturates; ``decode_line`` returns that line and where it stops holding. ``docs/modeling.md``
-has every formula and its sources.
+Each operator takes ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff))`` on one device, at
+the peak of its matmuls' dtype; operators run one after another, so their times add. Per layer:
+attention projections and core (causal prefill pairs, decode KV reads, MLA, sliding windows),
+the FFN (dense, or router + touched experts + shared experts), elementwise passes, and TP
+all-reduces (EP exchanges for MoE layers); per step the LM head and fixed overheads. Pipeline
+parallelism keeps ``m = min(pp, sequences)`` micro-batches in flight as vLLM v1's batch queue
+and TensorRT-LLM run them: no per-step fill-and-drain bubble, each micro-batch paying its own
+host work and launches (``perf/pipeline_costs.py``). Every operator is affine in the decode
+context ``C``, so a pure-decode stretch has a step time ``a + b*C`` until a bound flips or a
+window saturates (``decode_line``). ``docs/modeling.md`` has every formula and its sources.
 """
 
 from __future__ import annotations
