@@ -243,6 +243,10 @@ def checked(args: argparse.Namespace, config: FitConfig) -> Run | str:
     """The run's rows and starting point, or the error line that refuses the flags."""
     if args.jobs < 1:
         return "--jobs: must be at least 1"
+    if args.folds < 2 and (args.cv_only or not args.no_cv):  # else an empty CV reported
+        return "--folds: must be at least 2"
+    if args.served_load and not Path(args.served_load).is_file():
+        return f"--served-load: {args.served_load}: no such file"
     rows = fit_rows()
     start = start_constants(rows, config)
     known = set(start.family) | set(start.costs)

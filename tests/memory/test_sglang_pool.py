@@ -88,3 +88,18 @@ def test_the_memory_plan_counts_sequences_in_sglangs_pool() -> None:
     windowed = sequence_bytes(stage, 4096, sglang.spec, par, hybrid, kv)
     assert at_full == 73_728 * 4096
     assert windowed == 73_728 / 2 * (4096 + 129)
+
+
+def test_the_memory_plan_counts_sequences_in_tensorrt_llms_full_length_pool() -> None:
+    """``--engine trtllm`` simulates the full-length pool (``engine/session.py``: TensorRT-LLM's
+    KV manager without ``max_attention_window``), so ``inferplan memory --engine trtllm`` counts
+    the sequences that pool holds (gpt-oss-120b, one H100: 182,016 tokens, 44 of 4,096, not the
+    85 the windowed layers at their window would give)."""
+    args = ("gpt-oss-120b", "h100", 1, 1, False, None, "auto", None, 0.9, None, None, None)
+    trtllm = build_memory_plan(*args, "trtllm")
+    pool = simulation_config(trtllm, ServingOptions(engine="trtllm")).scheduler
+    assert pool.kv_groups == FULL_ATTENTION
+    tokens = pool.num_blocks * pool.block_size
+    for context, seqs in trtllm.max_concurrent_seqs.items():
+        assert seqs == tokens // context, context
+    assert trtllm.max_concurrent_seqs[4096] == 182_016 // 4096 == 44

@@ -35,18 +35,21 @@ def _passes_s(model: RooflineModel, tokens: int) -> float:
     return on.total_s - off.total_s
 
 
-@pytest.mark.parametrize(("tp", "ep", "dp"), [(1, False, 1), (2, False, 1), (1, True, 4)])
+@pytest.mark.parametrize(
+    ("tp", "ep", "dp"), [(1, False, 1), (2, False, 1), (1, True, 4), (2, True, 2)]
+)
 def test_the_passes_add_their_bytes_at_the_weight_bandwidth(tp: int, ep: bool, dp: int) -> None:
     """Qwen3-30B-A3B (BF16 checkpoint) on H100, 4,096 prompt tokens: 48 layers x 4,096 tokens x
     8 picks x the bytes per pick (tensor parallelism: every pick on each rank, experts half as
-    wide; four EP ranks under attention DP, uniform routing: a quarter of the picks on the
-    busiest, whole experts), at the bundled memory-bandwidth fraction, added to the step."""
+    wide; four EP ranks (TP1 x DP4 or TP2 x DP2), uniform routing: a quarter of the picks on
+    the busiest, whole experts whatever the TP), at the bundled memory-bandwidth fraction,
+    added to the step."""
     model = roofline("Qwen3-30B-A3B", "h100", tp=tp, dp=dp, ep=ep)
     spec, tokens = spec_of("Qwen3-30B-A3B"), 4096
     ffn = spec.moe_ffn
     assert ffn is not None and spec.hidden_size == 2048 and ffn.intermediate_size == 768
     picks = tokens * 8 / (4 if ep else 1)
-    per_pick = pass_bytes_per_pick(2048, 768 / tp, 2.0, True)
+    per_pick = pass_bytes_per_pick(2048, 768 / (1 if ep else tp), 2.0, True)
     rate = model.gpu.memory_bandwidth_bytes_s * model.eff.memory_bandwidth
     assert _passes_s(model, tokens) == pytest.approx(48 * picks * per_pick / rate, rel=1e-9)
 

@@ -67,3 +67,21 @@ def test_without_pipeline_the_earlier_sum_is_kept_to_the_last_bit() -> None:
     host = STEP_S + PER_SEQ_S
     assert got == (host + 32 * LAYER_S) + 32 * 3e-7
     assert got != host + (32 * LAYER_S + 32 * 3e-7)
+
+
+def test_under_pipeline_the_eager_launches_are_paid_every_stage_pass() -> None:
+    """A step outside CUDA graphs, pp = 4, 8 sequences: 4 host steps, the per-sequence work
+    once, and 4 passes of 8 layers' graph and eager launches: 32 of each a step."""
+    eager_s = 3e-7
+    eff = replace(_model(4).eff, eager_layer_overhead_s=eager_s)
+    per_pass = pipeline_costs.stage_pass_overhead_s(
+        eff,
+        decode(8, 500),
+        attention_dp=1,
+        stage_layers=8,
+        microbatches=4,
+        pipeline_factor=4.0,
+        eager=True,
+    )
+    expected = 4 * STEP_S + 8 * PER_SEQ_S + 32 * (LAYER_S + eager_s)
+    assert per_pass * 4 == pytest.approx(expected, rel=1e-12)

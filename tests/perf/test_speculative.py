@@ -171,3 +171,14 @@ def test_a_pipelined_target_drafts_on_one_stage() -> None:
     flat = SpeculativeModel(roofline("Llama-3.1-70B", tp=2), SpeculativeConfig("eagle3", 3, 0.7))
     assert pipelined.draft_time_s(8, 8 * 1024) == pytest.approx(flat.draft_time_s(8, 8 * 1024))
     assert speedup(pipelined, 1, 1024) > 1.0
+
+
+def test_an_moe_mtp_head_takes_the_targets_engine_moe_pieces() -> None:
+    """Qwen3-30B-A3B's last layer as an MTP head: the drafter exchanges and runs the experts'
+    passes as the target does (``plan/engine_moe.py`` sets them on the target only)."""
+    target = roofline("Qwen3-30B-A3B", tp=1, dp=4, ep=True)
+    plain = SpeculativeModel(target, SpeculativeConfig("mtp", 2, 0.7)).draft_time_s(64, 65_536)
+    target.moe_exchange, target.moe_passes = "allgather", True
+    mtp = SpeculativeModel(target, SpeculativeConfig("mtp", 2, 0.7))
+    assert (mtp.drafter.moe_exchange, mtp.drafter.moe_passes) == ("allgather", True)
+    assert mtp.draft_time_s(64, 65_536) > plain

@@ -35,3 +35,18 @@ def test_unknown_owner_is_one_error_line(flag: str, capsys: pytest.CaptureFixtur
     assert fit_published().main(["--served", flag, "hopper,hoppr", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {flag}: choose from ") and "trtllm-cpp" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--folds", "1", "--cv-only"], "--folds: must be at least 2"),
+        (["--served", "--served-load", "/nonexistent/f.pkl", "--cv-only"], "--served-load: "),
+    ],
+)
+def test_bad_fold_count_or_missing_linearisation_is_one_error_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No empty cross-validation printed as a result, no traceback for a missing pickle."""
+    assert fit_published().main(args) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")

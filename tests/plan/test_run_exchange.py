@@ -1,4 +1,4 @@
-"""The MoE exchange a published run's step model takes (plan/published_runs.py ``run_exchange``):
+"""The MoE exchange a published run's step model takes (plan/engine_moe.py ``run_exchange``):
 TensorRT-LLM's gather under attention DP, ``trtllm-bench`` and ``trtllm-serve`` alike, and
 SGLang's DP-attention gather of BF16 hidden states."""
 

@@ -296,11 +296,13 @@ def sequence_bytes(
     kv: NumberFormat,
 ) -> float:
     """KV bytes one sequence of ``context`` tokens holds on one device of ``stage``, in whole
-    blocks, its indexer keys included. Under SGLang's rule (``mem_fraction_static`` set) a
-    windowed layer keeps every token, as SGLang's one token-to-KV pool does
-    (``memory/sglang_pool.py``, the pool the simulator runs)."""
+    blocks, its indexer keys included. Under SGLang's rule (``mem_fraction_static`` set) and
+    TensorRT-LLM's (``kv_cache_free_gpu_mem_fraction`` set) a windowed layer keeps every token,
+    as SGLang's one token-to-KV pool and TensorRT-LLM's KV manager without
+    ``max_attention_window`` do (``memory/sglang_pool.py``, the pool the simulator runs for
+    both, ``engine/session.py``)."""
     layers = stage.layers
-    if cfg.mem_fraction_static is not None:
+    if cfg.mem_fraction_static is not None or cfg.kv_cache_free_gpu_mem_fraction is not None:
         layers = tuple((replace(att, window_tokens=None), n) for att, n in layers)
     per_seq = sequence_kv_bytes(
         layers,

@@ -16,6 +16,11 @@ gpt-oss's and Gemma's attention kernels still apply the window (FA3 on Hopper, T
 both with gpt-oss's sinks), so only the pool changes and the step-time model keeps the windows.
 Not modelled: models whose SGLang class reads no window at all (Mistral-7B-v0.1's 4,096) run
 full attention there too, not only a full pool.
+
+``--engine trtllm`` runs the same pool (``engine/session.py``): TensorRT-LLM's KV manager sizes
+every layer at ``max_seq_len`` unless ``kv_cache_config.max_attention_window`` lists the
+windows (``plan/trtllm_serve.py``). A model with both windowed layers and a per-sequence
+linear state would lose the state's group here; no bundled model has both.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ latency (``perf/comm.py``); without attention DP (tokens already replicated by T
 all-reduces as before. ``RooflineModel.moe_exchange`` picks one (default ``alltoall``). The
 closed form of ``trtllm-bench``'s rows applies ``trtllm_moe_exchange`` (``plan/closed_form.py``
 ``bench_exchange``, since ``hopdep16``; docs/validation.md), for ``trtllm-serve`` too since
-``srvtail17`` (``plan/published_runs.py`` ``run_exchange``); SGLang's DP attention gathers the BF16
+``srvtail17`` (``plan/engine_moe.py`` ``run_exchange``); SGLang's DP attention gathers the BF16
 hidden states before its MoE quantises them (``allgather_bf16``: ``dp_gather_partial``, then
 ``dp_reduce_scatter_tensor``); vLLM's runs keep the default.
 """

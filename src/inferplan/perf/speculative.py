@@ -108,6 +108,9 @@ class SpeculativeModel:
             cuda_graphs=target.cuda_graphs,
             topology=target.topology,
         )
+        # An MoE drafter layer (MTP) exchanges and runs its experts' passes as the target's
+        # engine does (``plan/engine_moe.py`` set them on the target).
+        self.drafter.moe_exchange, self.drafter.moe_passes = target.moe_exchange, target.moe_passes
 
     def verify_time(self, num_seqs: int, context_tokens: int) -> StepTime:
         """The target's forward over ``1 + k`` rows per sequence (``context_tokens`` total)."""

@@ -31,6 +31,8 @@ from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.metrics.summary import summarize
 from inferplan.perf.efficiency import Efficiency, efficiency_for
 from inferplan.perf.factory import build_step_model
+from inferplan.perf.roofline import RooflineModel
+from inferplan.plan.engine_moe import with_engine_moe
 from inferplan.plan.served import release_cpu_costs
 from inferplan.specs.catalog import load_model
 from inferplan.specs.hardware import GIB, load_gpu
@@ -389,6 +391,8 @@ def _summary(run_key: tuple[Any, ...], efficiency: Efficiency | None) -> dict[st
     plan = _plan(run.deployment)
     efficiency = deployment_efficiency(run.deployment, efficiency or efficiency_for(plan.gpu))
     model = build_step_model(plan, efficiency=efficiency)
+    if isinstance(model, RooflineModel):  # the engine's MoE pieces, as ``simulate`` runs it
+        with_engine_moe(model, plan, run.deployment.engine)
     options = ServingOptions(
         data_parallel_size=plan.parallelism.num_replicas,
         engine=run.deployment.engine,
