@@ -10,7 +10,7 @@ from inferplan.cli_flags import build_memory_plan
 from inferplan.engine.session import ServingOptions, simulation_config
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, pool_layout
 from inferplan.memory.plan import MemoryPlan, sequence_bytes
-from inferplan.memory.sglang_pool import sglang_full_pool
+from inferplan.memory.sglang_pool import full_length_pool
 
 
 def _plan(model: str, gpu: str) -> MemoryPlan:
@@ -21,7 +21,7 @@ def test_gpt_oss_120b_pool_by_hand() -> None:
     """gpt-oss-120b: 36 layers (18 windowed), 8 KV heads x 64 dims, BF16: 36 x 2 x 8 x 64 x 2
     = 73,728 bytes a token in every layer, a block of 16 tokens 1,179,648 bytes."""
     plan = _plan("gpt-oss-120b", "a100")
-    layout = sglang_full_pool(plan)
+    layout = full_length_pool(plan)
     assert layout is not None
     assert layout.groups == FULL_ATTENTION
     assert layout.block_bytes == 73_728 * 16
@@ -33,7 +33,7 @@ def test_a_sequence_costs_twice_the_hybrid_pools_blocks() -> None:
     pool the 18 windowed layers hold 9 blocks (window 128 = 8, + 1), so it costs (256 + 9) / 2
     full-layer blocks: SGLang admits about half as many such sequences."""
     plan = _plan("gpt-oss-120b", "a100")
-    full = sglang_full_pool(plan)
+    full = full_length_pool(plan)
     hybrid = pool_layout(plan)
     assert full is not None
     sglang_pool = BlockPool(full.num_blocks, 16, full.groups)
@@ -61,9 +61,9 @@ def test_every_windowed_model_gets_it_and_a_windowless_one_keeps_its_pool() -> N
     mistral = _plan("Mistral-7B-v0.1", "h100")
     llama = _plan("Llama-3.1-8B", "h100")
     assert pool_layout(mistral).groups != FULL_ATTENTION
-    layout = sglang_full_pool(mistral)
+    layout = full_length_pool(mistral)
     assert layout is not None and layout.groups == FULL_ATTENTION
-    assert sglang_full_pool(llama) is None
+    assert full_length_pool(llama) is None
     sglang = simulation_config(llama, ServingOptions(engine="sglang")).scheduler
     assert (sglang.kv_groups, sglang.num_blocks) == (FULL_ATTENTION, pool_layout(llama).num_blocks)
 
@@ -75,7 +75,7 @@ def test_the_memory_plan_counts_sequences_in_sglangs_pool() -> None:
     sequence hold their window (128 tokens) and the block being filled, at block size 1."""
     args = ("gpt-oss-120b", "h100", 1, 1, False, None, "auto", None, 0.9, None, None, None)
     sglang = build_memory_plan(*args, "sglang")
-    full = sglang_full_pool(sglang)
+    full = full_length_pool(sglang)
     assert full is not None
     tokens = full.num_blocks * sglang.config.block_size
     for context, seqs in sglang.max_concurrent_seqs.items():

@@ -57,6 +57,8 @@ def test_served_rows_split_as_the_closed_form_ones() -> None:
     assert _split_release("1.2.0rc1") == PYTORCH_1_1
     assert _split_release("") == PYTORCH  # no version: served.trtllm_release's default
     assert split_class("") == PYTORCH
+    assert split_class("1.1rc1") == PYTORCH_1_1  # a release candidate's suffix on the minor
+    assert split_class("1.0.0rc3") == PYTORCH
 
 
 def test_flags_build_a_config_and_change_no_module_state() -> None:

@@ -21,7 +21,7 @@ from inferplan.engine.speculation import SimSpeculation
 from inferplan.errors import InferplanError
 from inferplan.memory.blockpool import FULL_ATTENTION, BlockPool, pool_layout
 from inferplan.memory.plan import MemoryPlan
-from inferplan.memory.sglang_pool import sglang_full_pool
+from inferplan.memory.sglang_pool import full_length_pool
 from inferplan.memory.tiers import OffloadConfig, TierRequest, replica_tier
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.prefixes import with_own_blocks
@@ -294,10 +294,12 @@ def simulation_config(plan: MemoryPlan, options: ServingOptions) -> SimulationCo
     # Windowed layers at full length: SGLang has no hybrid SWA pool by default; TensorRT-LLM's
     # KV manager gives every layer ``max_seq_len`` unless ``kv_cache_config.max_attention_window``
     # lists the windows (``plan/trtllm_serve.py``).
-    if options.engine in ("sglang", "trtllm"):
-        layout = sglang_full_pool(plan) or layout
+    # A per-sequence linear state keeps the shared layout (its group would be lost).
+    linear_state = any(g.max_blocks == 1 for g in layout.groups)
+    if options.engine in ("sglang", "trtllm") and not linear_state:
+        layout = full_length_pool(plan) or layout
     dpa = plan.parallelism.attention_dp  # DP-attention ranks schedule side by side
-    if options.engine == "sglang" and any(g.max_blocks == 1 for g in layout.groups):
+    if options.engine == "sglang" and linear_state:
         # SGLang's admission counts tokens in its pool; a fixed per-sequence state (Mamba,
         # linear attention) lives in a separate pool there, which is not emulated.
         raise InferplanError(

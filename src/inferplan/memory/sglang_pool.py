@@ -30,12 +30,13 @@ from inferplan.memory.plan import MemoryPlan
 from inferplan.specs.kv import kv_values_per_token
 
 
-def sglang_full_pool(plan: MemoryPlan) -> PoolLayout | None:
-    """SGLang's pool of ``plan``'s replica, windowed layers at full length (a one-group layout,
-    a block holding ``block_size`` tokens of every layer), or None where the model has no
-    windowed layer (its shared layout stands). As ``pool_layout``, the pool holds the stage's
-    paged bytes (less its indexer keys); a per-sequence linear state has no place in it (SGLang
-    keeps it in a pool of its own, which ``simulation_config`` refuses)."""
+def full_length_pool(plan: MemoryPlan) -> PoolLayout | None:
+    """SGLang's (and TensorRT-LLM's) pool of ``plan``'s replica, windowed layers at full
+    length (a one-group layout, a block holding ``block_size`` tokens of every layer), or None
+    where the model has no windowed layer (its shared layout stands). As ``pool_layout``, the
+    pool holds the stage's paged bytes (less its indexer keys); a per-sequence linear state has
+    no place in it (SGLang keeps it in a pool of its own, which ``simulation_config`` refuses;
+    a model with one keeps its shared layout there)."""
     if all(g.attention.window_tokens is None for g in plan.spec.layers):
         return None
     block_size, tp = plan.config.block_size, plan.parallelism.tp

@@ -15,6 +15,7 @@ different host costs per sequence).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -99,7 +100,10 @@ def split_class(version: str) -> str:
         return PYTORCH_1_1
     if not head:
         return PYTORCH
-    major, minor = (int(part) for part in head.split(".")[:2])
+    numbers = re.match(r"(\d+)\.(\d+)", head)  # ``1.1rc1``, ``1.2.0rc1``: the release's
+    if numbers is None:
+        return PYTORCH
+    major, minor = int(numbers[1]), int(numbers[2])
     return PYTORCH_1_1 if (major, minor) >= (1, 1) else PYTORCH
 
 
