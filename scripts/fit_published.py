@@ -365,7 +365,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {config}", file=sys.stderr)
         return 2
     # NCCL's per-step latency is perf/comm.py's switch (a module flag the simulator reads), the
-    # one global a flag sets; every other flag is in ``config``.
+    # one global a flag sets (the fit's worker processes take it, ``fitting.config.worker_pool``);
+    # every other flag is in ``config``.
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
     if args.collectives_only:

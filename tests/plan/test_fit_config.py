@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from inferplan.perf import comm
 from inferplan.plan.fitting import config as fitting_config
 from inferplan.plan.fitting.config import (
     FIT_BOUNDS,
@@ -18,6 +19,7 @@ from inferplan.plan.fitting.config import (
     fit_rows,
     release_class,
     split_class,
+    worker_pool,
 )
 from inferplan.plan.fitting.descent import committed_constants, start_constants
 from inferplan.plan.fitting.served_fit import _split_release
@@ -129,3 +131,17 @@ def test_split_keys_tie_the_other_costs_to_the_first_class() -> None:
     # without split keys every class is its own and nothing is tied
     assert FitConfig.from_flags(release_split=True).inherited() == ()
     assert FitConfig.from_flags(release_split=True).block_classes(PYTORCH) == (PYTORCH,)
+
+
+def _per_hop() -> bool:
+    return comm.PER_HOP_LATENCY
+
+
+def test_the_fit_workers_take_the_per_hop_switch_as_the_pool_was_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the initializer sets it, not fork's copy: flipped back before any worker starts
+    monkeypatch.setattr(comm, "PER_HOP_LATENCY", True)
+    with worker_pool(1) as pool:
+        comm.PER_HOP_LATENCY = False
+        assert pool.submit(_per_hop).result() is True

@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from inferplan.perf import comm
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency
 from inferplan.plan.calibration import huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
@@ -277,3 +279,15 @@ def set_release(release: str) -> Callable[[Constants, str, float], Constants]:
         return replace(c, costs={**c.costs, release: {**c.costs[release], name: value}})
 
     return setter
+
+
+def _set_per_hop(per_hop: bool) -> None:
+    comm.PER_HOP_LATENCY = per_hop
+
+
+def worker_pool(jobs: int) -> ProcessPoolExecutor:
+    """Processes for the fit's columns and folds, each set to this process's
+    ``perf/comm.py`` ``PER_HOP_LATENCY`` (``--per-hop``), forked or spawned alike."""
+    return ProcessPoolExecutor(
+        max_workers=jobs, initializer=_set_per_hop, initargs=(comm.PER_HOP_LATENCY,)
+    )

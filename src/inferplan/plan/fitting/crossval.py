@@ -10,11 +10,10 @@ same numbers, since each fold's fit is deterministic.
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from inferplan.plan.fitting.config import Constants, FitConfig, predict
+from inferplan.plan.fitting.config import Constants, FitConfig, predict, worker_pool
 from inferplan.plan.fitting.descent import fit
 from inferplan.plan.fitting.report import engine_label
 from inferplan.plan.fitting.served_fit import CLOSED_FORM, Served, predict_served
@@ -58,7 +57,7 @@ def cross_validate(
             out.extend(_fold(*arg))
             print(f"  fold {i + 1}/{k} done", file=sys.stderr, flush=True)
         return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with worker_pool(jobs) as pool:
         for result in pool.map(_fold, *zip(*args, strict=True)):
             out.extend(result)
     return out
@@ -113,7 +112,7 @@ def joint_cross_validate(
     ]
     closed: list[RowResult] = []
     out: list[RowResult] = []
-    with ProcessPoolExecutor(max_workers=max(jobs, 1)) as pool:
+    with worker_pool(max(jobs, 1)) as pool:
         for i, (a, b) in enumerate(pool.map(_joint_fold, *zip(*args, strict=True))):
             closed.extend(a)
             out.extend(b)

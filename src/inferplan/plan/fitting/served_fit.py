@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from unittest.mock import patch
@@ -38,6 +37,7 @@ from inferplan.plan.fitting.config import (
     split_class,
     values_of,
     with_variable,
+    worker_pool,
 )
 from inferplan.plan.folds import metric_key
 from inferplan.plan.published import PublishedRow
@@ -171,7 +171,7 @@ def linearize(
     if jobs <= 1:
         columns = [_column(*t) for t in tasks]
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with worker_pool(jobs) as pool:
             columns = list(pool.map(_column, *zip(*tasks, strict=True)))
     index = {metric_key(r): i for i, r in enumerate(kept)}
     slopes = {}
