@@ -91,3 +91,28 @@ def test_eviction_takes_the_least_recently_freed_runs_tail_first() -> None:
     assert cache.lookup(1, 10) == (1, 0)  # the owner's hit: its first entry is left
     assert cache.runs == OrderedDict([(1, 1), (2, 5)])
     assert cache.lookup(0, 10) == (0, 0) and not cache.may_hold(0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_release_computed_is_register_then_release(seed: int) -> None:
+    """A finish's ``release_computed`` (branch ``vidur18``) leaves the same runs, held entries
+    and counts as ``register`` then ``release``, whether the computed entries exceed what the
+    request held, fall short of it, or pass its own count (capped), with evictions pending."""
+    rng = random.Random(seed)
+    num = 40
+    counts = np.array([rng.randint(0, 6) for _ in range(num)], dtype=np.int64)
+    fused, split = OwnBlocks(counts, 2), OwnBlocks(counts, 2)
+    for rid in range(num):
+        held = rng.randint(0, int(counts[rid]))
+        for cache in (fused, split):
+            cache.register(rid, held)
+    for rid in rng.sample(range(num), num):
+        computed = rng.randint(0, 8)
+        fused.release_computed(rid, computed)
+        split.register(rid, computed)
+        split.release(rid)
+        free = rng.randint(0, 40)
+        for cache in (fused, split):
+            cache.evict_to(free)
+    assert list(fused.runs.items()) == list(split.runs.items())
+    assert fused.lru_blocks == split.lru_blocks and fused.held == split.held == {}

@@ -197,7 +197,11 @@ def _admit_one(
     rows, lag = run.rows, run.rows.lag
     rid, computed, tokens, generated, target, held, _ = stored
     hit = computed + lag
-    duration = r.step_s.seconds(*step_shape(n, decode_context, [chunk], [hit]))
+    if chunk == 1 and hit:  # ``step_shape`` of one chunk, without its lists and call
+        duration = r.step_s.seconds(0, 0.0, 0, 0, n + 1, decode_context + hit + 1)
+    else:
+        pairs = float(chunk * hit + chunk * (chunk + 1) / 2)
+        duration = r.step_s.seconds(chunk, pairs, hit, 1, n, decode_context)
     r.trace.record(r.now, r.pool.num_blocks - r.pool.free_blocks)
     start = r.now  # the admitted row's last token time (``admit_popped``'s ``now``)
     r.now = now = start + duration

@@ -36,14 +36,15 @@ def own_head_fit(s: Scheduler, budget: int, available: int) -> HeadFit | None:
     cache: OwnBlocks = s.pool.cache  # type: ignore[assignment]  # ``Scheduler._admits_own``
     rid, tokens = s.waiting.peek()
     block = s.pool.block_size
-    entry_tokens = cache.entry_kv_blocks * block
-    hashed = s.prompt_tokens.item(rid)
-    if cache.covers_output:
-        hashed += s.target_tokens.item(rid)
-    max_entries = min(hashed, tokens - 1) // entry_tokens
     hit = 0
-    if max_entries > 0:
-        hit = cache.lookup(rid, max_entries)[0] * entry_tokens
+    if rid in cache._runs:  # else no run, no hit (``lookup``'s first test, before its cap)
+        entry_tokens = cache.entry_kv_blocks * block
+        hashed = s.prompt_tokens.item(rid)
+        if cache.covers_output:
+            hashed += s.target_tokens.item(rid)
+        max_entries = min(hashed, tokens - 1) // entry_tokens
+        if max_entries > 0:
+            hit = cache.lookup(rid, max_entries)[0] * entry_tokens
     chunk = min(tokens - hit, budget)
     if -(-(hit + chunk) // block) > available:  # ``blocks_for_one`` of a uniform pool
         return None
@@ -82,7 +83,10 @@ def admit_own(s: Scheduler, budget: int, sched: list[int], now: float, fit: Head
         held = -(-(hit + chunk) // block)
         entries = hit // entry_tokens
         # ``map_cached``: the run mapped (its blocks leave the cached-free ones), the hit counted
-        acquired = cache.acquire(rid, entries)
+        if rid in cache._runs:
+            acquired = cache.acquire(rid, entries)
+        else:  # no run (a first admission): ``acquire`` takes none and holds no entry yet
+            acquired = cache.held[rid] = 0
         cached = entries * entry_tokens
         cached_tokens[rid] += cached  # type: ignore[index]
         queried[rid] += tokens  # type: ignore[index]

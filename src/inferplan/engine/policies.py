@@ -36,6 +36,8 @@ class WaitingQueue:
                 f"--scheduling-policy: unknown policy {policy!r}; valid: {', '.join(POLICIES)}"
             )
         self.policy = policy
+        # Whether the queue is a deque in arrival order (else a heap by key): asked per verb.
+        self.is_fifo = policy in FIFO_POLICIES
         self.keys = keys
         self._fifo: deque[int] = deque()
         self._heap: list[tuple[float, int]] = []
@@ -46,7 +48,7 @@ class WaitingQueue:
 
     def push(self, rid: int, *, num_tokens: int | None = None, front: bool = False) -> None:
         self.tokens[rid] = num_tokens if num_tokens is not None else self.tokens.get(rid, 0)
-        if self.policy in FIFO_POLICIES:
+        if self.is_fifo:
             if front:
                 self._fifo.appendleft(rid)
             else:
@@ -56,18 +58,18 @@ class WaitingQueue:
             heapq.heappush(self._heap, (float(self.keys[rid]), rid))
 
     def push_front(self, rid: int, *, num_tokens: int) -> None:
-        if self.policy in FIFO_POLICIES:  # ``push(..., front=True)``, one call fewer
+        if self.is_fifo:  # ``push(..., front=True)``, one call fewer
             self.tokens[rid] = num_tokens
             self._fifo.appendleft(rid)
         else:
             self.push(rid, num_tokens=num_tokens, front=True)
 
     def peek(self) -> tuple[int, int]:
-        rid = self._fifo[0] if self.policy in FIFO_POLICIES else self._heap[0][1]
+        rid = self._fifo[0] if self.is_fifo else self._heap[0][1]
         return rid, self.tokens[rid]
 
     def pop(self) -> int:
-        rid = self._fifo.popleft() if self.policy in FIFO_POLICIES else heapq.heappop(self._heap)[1]
+        rid = self._fifo.popleft() if self.is_fifo else heapq.heappop(self._heap)[1]
         del self.tokens[rid]
         return rid
 

@@ -196,6 +196,12 @@ class Scheduler:
             self.pool.free_blocks += held  # nothing to evict
             return
         pool = self.pool
+        if type(cache) is OwnBlocks and computed is not None:  # register and release at once
+            cache.release_computed(rid, computed // (cache.entry_kv_blocks * pool.block_size))
+            pool.free_blocks = free = pool.free_blocks + held  # nothing shared: all return
+            if cache.lru_blocks > free:
+                cache.evict_to(free)
+            return  # full attention only: no windowed parts
         if cache.covers_output and computed is not None:
             cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
         # ``BlockPool.free``'s setter, inline: evicts what no longer fits

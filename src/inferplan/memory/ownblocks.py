@@ -116,6 +116,22 @@ class OwnBlocks(PrefixCache):
             self.lru_blocks += entries * self.entry_blocks
         return 0  # nothing is shared: every block goes back to the pool
 
+    def release_computed(self, rid: int, entries: int) -> None:
+        """``register(rid, entries)`` then ``release(rid)`` in one call (a finish's, once per
+        request): its run is the larger of the entries it held and ``entries`` (capped at its
+        own), appended at the back."""
+        held = self.held.pop(rid, 0)
+        entries = min(entries, self.num_entries[rid])
+        if held > entries:
+            entries = held
+        if entries:
+            runs = self._runs
+            if rid in runs and self.pending:  # ``_runs_for`` without its call
+                self._drop_pending()
+            assert rid not in runs, "a request freed twice"
+            runs[rid] = entries  # at the back: the pending evictions take the front
+            self.lru_blocks += entries * self.entry_blocks
+
     def hit_keys(self, rid: int, entries: int) -> set[int]:
         return {rid} if entries else set()  # its run: a hit is the whole run
 
