@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferplan.cli_flags import DeploymentFlags
+from deployment_flags import deployment_flags
 from inferplan.perf.moe_passes import engine_moe_passes, pass_bytes_per_pick
 from inferplan.perf.roofline import RooflineModel
 from inferplan.plan.published import bundled_published
@@ -73,31 +73,5 @@ def test_the_passes_are_trtllms_and_its_runs_take_them() -> None:
     assert seen == set(wanted)
     plan = memory_plan(run_setup(next(r for r in bundled_published() if "q30-b200" in r.case_id)))
     for engine in ("trtllm", "vllm", "sglang"):
-        model = _flags(engine).step_model(plan)
+        model = deployment_flags(gpu="b200", engine=engine).step_model(plan)
         assert isinstance(model, RooflineModel) and model.moe_passes is (engine == "trtllm")
-
-
-def _flags(engine: str) -> DeploymentFlags:
-    return DeploymentFlags(
-        model="Qwen3-30B-A3B",
-        gpu="b200",
-        tp=1,
-        pp=1,
-        dp=1,
-        enable_expert_parallel=False,
-        quantization=None,
-        kv_cache_dtype="auto",
-        max_model_len=4096,
-        gpu_memory_utilization=0.9,
-        max_num_batched_tokens=None,
-        max_num_seqs=None,
-        block_size=None,
-        engine=engine,
-        calibration=None,
-        operator_table=None,
-        gpus_per_node=None,
-        allow_cross_node_tp=False,
-        expert_routing=None,
-        expert_placement="linear",
-        num_redundant_experts=0,
-    )

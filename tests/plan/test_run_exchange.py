@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from inferplan.cli_flags import DeploymentFlags
+from deployment_flags import deployment_flags
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.factory import build_step_model
@@ -91,29 +91,7 @@ def test_simulate_takes_the_engines_exchange_under_attention_dp() -> None:
     expected = {"trtllm": "allgather", "sglang": "allgather_bf16", "vllm": "alltoall"}
     for engine, exchange in expected.items():
         for ep in (True, False):
-            flags = DeploymentFlags(
-                model="Qwen3-30B-A3B",
-                gpu="h100",
-                tp=1,
-                pp=1,
-                dp=2,
-                enable_expert_parallel=ep,
-                quantization=None,
-                kv_cache_dtype="auto",
-                max_model_len=4096,
-                gpu_memory_utilization=0.9,
-                max_num_batched_tokens=None,
-                max_num_seqs=None,
-                block_size=None,
-                engine=engine,
-                calibration=None,
-                operator_table=None,
-                gpus_per_node=None,
-                allow_cross_node_tp=False,
-                expert_routing=None,
-                expert_placement="linear",
-                num_redundant_experts=0,
-            )
+            flags = deployment_flags(dp=2, enable_expert_parallel=ep, engine=engine)
             plan = _dp_plan(2, 4, 204)
             if not ep:
                 plan = replace(plan, parallelism=Parallelism(tp=2))
