@@ -45,19 +45,13 @@ from inferplan.perf import oneoff, overlap, roofline, step_seconds
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.cudagraph import decode_graph
 from inferplan.plan import published_runs
-from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
-
-LATENCY = (
-    "ttft_mean",
-    "ttft_median",
-    "ttft_p99",
-    "tpot_mean",
-    "tpot_median",
-    "tpot_p99",
-    "itl_mean",
-    "itl_median",
-    "itl_p99",
+from inferplan.plan.published import (
+    LATENCY_METRICS,
+    PublishedRow,
+    bundled_published,
+    skip_reason,
 )
+
 HIDDEN: dict[int, roofline.RooflineModel] = {}  # id(model.eff) -> model, with ``--hide``
 
 
@@ -170,7 +164,7 @@ def main() -> int:
             cells.append(f"{row.metric} {err * 100:+.0f}")
             if row.family == "throughput":
                 errors.setdefault("THR", []).append(abs(err))
-            if row.metric in LATENCY:
+            if row.metric in LATENCY_METRICS:
                 errors.setdefault(shape(run[0]), []).append(abs(err))
                 signed.setdefault((run[0].dataset == "sharegpt", row.metric), []).append(err)
         if args.verbose:
@@ -185,7 +179,7 @@ def main() -> int:
     for is_sharegpt, name in ((True, "sharegpt"), (False, "random")):
         cells = [
             f"{m} {np.median(signed[(is_sharegpt, m)]) * 100:+.0f}"
-            for m in LATENCY
+            for m in LATENCY_METRICS
             if (is_sharegpt, m) in signed
         ]
         print(f"{name} signed median %: " + " ".join(cells))
