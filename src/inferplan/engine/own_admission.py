@@ -37,7 +37,7 @@ def own_head_fit(s: Scheduler, budget: int, available: int) -> HeadFit | None:
     rid, tokens = s.waiting.peek()
     block = s.pool.block_size
     hit = 0
-    if rid in cache._runs:  # else no run, no hit (``lookup``'s first test, before its cap)
+    if cache.may_hold(rid):  # else no run, no hit (``lookup``'s first test, before its cap)
         entry_tokens = cache.entry_kv_blocks * block
         hashed = s.prompt_tokens.item(rid)
         if cache.covers_output:
@@ -83,10 +83,7 @@ def admit_own(s: Scheduler, budget: int, sched: list[int], now: float, fit: Head
         held = -(-(hit + chunk) // block)
         entries = hit // entry_tokens
         # ``map_cached``: the run mapped (its blocks leave the cached-free ones), the hit counted
-        if rid in cache._runs:
-            acquired = cache.acquire(rid, entries)
-        else:  # no run (a first admission): ``acquire`` takes none and holds no entry yet
-            acquired = cache.held[rid] = 0
+        acquired = cache.acquire(rid, entries)
         cached = entries * entry_tokens
         cached_tokens[rid] += cached  # type: ignore[index]
         queried[rid] += tokens  # type: ignore[index]

@@ -198,14 +198,13 @@ class Scheduler:
         pool = self.pool
         if type(cache) is OwnBlocks and computed is not None:  # register and release at once
             cache.release_computed(rid, computed // (cache.entry_kv_blocks * pool.block_size))
-            pool.free_blocks = free = pool.free_blocks + held  # nothing shared: all return
-            if cache.lru_blocks > free:
-                cache.evict_to(free)
-            return  # full attention only: no windowed parts
-        if cache.covers_output and computed is not None:
-            cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
+            shared = 0  # nothing is shared: every block goes back to the pool
+        else:
+            if cache.covers_output and computed is not None:
+                cache.register(rid, computed // (cache.entry_kv_blocks * pool.block_size))
+            shared = cache.release(rid)
         # ``BlockPool.free``'s setter, inline: evicts what no longer fits
-        pool.free_blocks = free = pool.free_blocks + held - cache.release(rid)
+        pool.free_blocks = free = pool.free_blocks + held - shared
         if cache.lru_blocks > free:
             cache.evict_to(free)
         if cache.covers_output and cache.window_entries is not None:

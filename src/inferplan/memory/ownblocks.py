@@ -110,10 +110,7 @@ class OwnBlocks(PrefixCache):
     def release(self, rid: int) -> int:
         entries = self.held.pop(rid, 0)
         if entries:
-            runs = self._runs_for(rid)
-            assert rid not in runs, "a request freed twice"
-            runs[rid] = entries  # at the back: the pending evictions take the front
-            self.lru_blocks += entries * self.entry_blocks
+            self._keep_run(rid, entries)
         return 0  # nothing is shared: every block goes back to the pool
 
     def release_computed(self, rid: int, entries: int) -> None:
@@ -125,12 +122,14 @@ class OwnBlocks(PrefixCache):
         if held > entries:
             entries = held
         if entries:
-            runs = self._runs
-            if rid in runs and self.pending:  # ``_runs_for`` without its call
-                self._drop_pending()
-            assert rid not in runs, "a request freed twice"
-            runs[rid] = entries  # at the back: the pending evictions take the front
-            self.lru_blocks += entries * self.entry_blocks
+            self._keep_run(rid, entries)
+
+    def _keep_run(self, rid: int, entries: int) -> None:
+        """A freed request's first ``entries`` entries kept cached, as the newest run."""
+        runs = self._runs_for(rid)
+        assert rid not in runs, "a request freed twice"
+        runs[rid] = entries  # at the back: the pending evictions take the front
+        self.lru_blocks += entries * self.entry_blocks
 
     def hit_keys(self, rid: int, entries: int) -> set[int]:
         return {rid} if entries else set()  # its run: a hit is the whole run
