@@ -26,7 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from inferplan.engine.plain_admission import plain_head_chunk
-from inferplan.engine.policies import FIFO_POLICIES, WaitingQueue
+from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.stretch import _steps_before
 from inferplan.metrics.moments import ARITHMETIC
 from inferplan.perf.roofline import RooflineModel
@@ -51,7 +51,7 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     # A FIFO queue's head after a preemption step is its last victim (pushed to the front;
     # arrivals join the tail), whose tokens the chain knows: no ``peek``. SPF's heap: asked.
     head_tokens: int | None = None
-    is_fifo = waiting.policy in FIFO_POLICIES
+    is_fifo = waiting.is_fifo
     queued = waiting.tokens  # the queue's dict: non-empty iff the queue is (``len(waiting)``)
     # A FIFO ``WaitingQueue``'s ``push_front`` written out: the token count, then the deque.
     appendleft = waiting._fifo.appendleft if is_fifo and type(waiting) is WaitingQueue else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from inferplan.engine.policies import FIFO_POLICIES, WaitingQueue
+from inferplan.engine.policies import WaitingQueue
 
 if TYPE_CHECKING:
     from inferplan.engine.schedulers import HeadFit, Scheduler
@@ -41,7 +41,7 @@ def admit_plainly(
     ``fit`` (``head_can_join``'s plain answer) is ``plain_head_chunk`` of the head's own key
     where it holds, so the inline test finds that chunk without it."""
     waiting = s.waiting
-    if type(waiting) is not WaitingQueue or waiting.policy not in FIFO_POLICIES:
+    if type(waiting) is not WaitingQueue or not waiting.is_fifo:
         admit_stepwise(s, budget, sched, now, fit)
         return
     run, pool, queued, fifo = s.running, s.pool, waiting.tokens, waiting._fifo

@@ -79,7 +79,7 @@ class WaitingQueue:
 
     def reorder(self, order: list[int]) -> None:
         """A FIFO queue's ids in a new order (the same ids; SGLang's ``lpm`` sort)."""
-        assert self.policy in FIFO_POLICIES and sorted(order) == sorted(self._fifo)
+        assert self.is_fifo and sorted(order) == sorted(self._fifo)
         self._fifo = deque(order)
 
     def age(self, now: float) -> None:
