@@ -131,6 +131,15 @@ class RunningSet:
         self._capacity = ints.shape[1]
         self._flat = ints.reshape(-1).data
 
+    def _double(self, size: int) -> None:
+        """Buffers of twice the capacity, the first ``size`` rows copied into them."""
+        capacity = len(self._times)
+        ints = np.zeros((len(_INT_COLUMNS), 2 * capacity), dtype=np.int64)
+        ints[:, :size] = self._ints[:, :size]
+        times = np.zeros(2 * capacity, dtype=np.float64)
+        times[:size] = self._times[:size]
+        self._set_buffers(ints, times)
+
     def __len__(self) -> int:
         return self._size
 
@@ -146,11 +155,7 @@ class RunningSet:
     ) -> None:
         row = self._size
         if row == len(self._times):
-            ints = np.zeros((len(_INT_COLUMNS), 2 * row), dtype=np.int64)
-            ints[:, :row] = self._ints[:, :row]
-            times = np.zeros(2 * row, dtype=np.float64)
-            times[:row] = self._times[:row]
-            self._set_buffers(ints, times)
+            self._double(row)
         rows = self.rows
         lag = rows.lag  # stored decode columns lag the pending decode steps
         stored = (
@@ -182,12 +187,7 @@ class RunningSet:
         pass's admissions, ``engine/plain_admission.py``): the same buffers and ``appended``."""
         row = size = self._size
         while size + len(new) > len(self._times):  # doubling, as ``append`` grows them
-            capacity = len(self._times)
-            ints = np.zeros((len(_INT_COLUMNS), 2 * capacity), dtype=np.int64)
-            ints[:, :size] = self._ints[:, :size]
-            times = np.zeros(2 * capacity, dtype=np.float64)
-            times[:size] = self._times[:size]
-            self._set_buffers(ints, times)
+            self._double(size)
         rows, appended = self.rows, self.appended
         lag, itl_from = rows.lag, rows.itl_length  # stored decode columns lag the decode steps
         flat, capacity = self._flat, self._capacity
