@@ -230,3 +230,23 @@ def test_trtllm_mistral_runs_ignore_the_sliding_window() -> None:
     assert load_model("Mistral-7B-v0.1").layers[0].attention.window_tokens == 4096
     llama = next(r for r in bundled_published() if "Llama-3.1-8B" in r.model)
     assert not run_setup(llama).full_attention
+
+
+def test_a_served_row_whose_weights_leave_no_kv_cache_is_listed_with_a_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GLM-4.5-Air in BF16 (about 200 GiB of weights) on two H100s: the plan has no KV blocks;
+    ``validate --data`` lists the run's rows with the reason (it raised a ValueError from the
+    step trace's block count before)."""
+    text = _slice(("gpustack-glm-4.5-air-h100-sglang-43a1c3",))
+    text = text.replace(",h100_sxm_80gb,4,4,", ",h100_sxm_80gb,2,2,")
+    rows = parse_published(text, "tp2.csv")
+    assert rows and all(r.tp == 2 for r in rows)
+    results = validate_rows(rows, quick=True)
+    assert len(results) == len(rows)
+    assert all(r.predicted is None and "no KV cache" in (r.reason or "") for r in results)
+    path = tmp_path / "tp2.csv"
+    path.write_text(text)
+    assert main(["validate", "--data", str(path), "--quick", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_rows"] == len(rows) and data["num_predicted"] == 0

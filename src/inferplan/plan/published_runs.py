@@ -293,6 +293,10 @@ def simulate_run(
     first = rows[0]
     setup = run_setup(first)
     plan = memory_plan(setup)
+    if plan.num_blocks <= 0:  # a row of the user's that the GPUs cannot hold: a reason, no crash
+        raise InferplanError(
+            f"the weights leave no KV cache on {first.gpu} at TP{first.tp} as planned"
+        )
     step = run_step_model(first, setup, plan, efficiency)
     options = ServingOptions(
         engine=setup.engine,
