@@ -15,11 +15,13 @@ does.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inferplan.engine.chunk_step import emit_admitted
+from inferplan.engine.chunk_step import PLAIN, emit_admitted
+from inferplan.engine.policies import WaitingQueue
 from inferplan.engine.stepshape import step_shape
 from inferplan.memory.ownblocks import OwnBlocks
 
@@ -59,6 +61,8 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     new_blocks = rows.crossings(1)
     if new_blocks > pool.free_blocks:
         return False
+    if pool.cache is None and _admit_head(r, n, new_blocks):
+        return True  # the usual step below capacity: the lone queued request's whole prompt
     scheduler = r.scheduler
     # ``can_stretch`` asked at this step's start: its head's admission test, for the waiting pass
     fit = scheduler.joins if r.stretches.asked_at == (r.num_steps, r.now) else None
@@ -235,6 +239,73 @@ def _admit_one(
     r._decoding = True  # every row has sampled and needs one token
     if rows.fewest_left() <= 0:
         r.finish(rows.finished_rows())
+
+
+def _admit_head(r: Replica, n: int, new_blocks: int) -> bool:
+    """The step where the queue holds one request, new, whose whole prompt is one chunk that
+    fits, and vLLM v1's waiting pass is the plain one (``Scheduler.admission_path``: no prefix
+    cache, KV tiers or admission policy; a FIFO ``WaitingQueue``): that pass
+    (``plain_admission.admit_plainly``: one head, so one turn of its loop) and ``_admit_one``
+    in one frame, the same tests, writes and floats in the same order. False, having done
+    nothing, elsewhere (the general form then runs the step)."""
+    scheduler, waiting, cfg = r.scheduler, r.waiting, r.cfg
+    if type(waiting) is not WaitingQueue or scheduler.admission_path != PLAIN:
+        return False
+    fifo = waiting._fifo
+    if len(fifo) != 1 or not waiting.is_fifo or n >= cfg.max_num_seqs:
+        return False  # several queued, a heap queue, or no room
+    rid = fifo[0]
+    tokens = waiting.tokens[rid]
+    if not 0 < tokens <= cfg.max_num_batched_tokens - n:
+        return False  # its prompt cut into chunks by the budget
+    if tokens != scheduler.prompt_tokens.item(rid):
+        return False  # a preempted request back (it emitted before): ``_admit_one``'s cases
+    pool, run = r.pool, r.running
+    rows, block = run.rows, pool.block_size
+    held = -(-tokens // block)
+    if held > pool.free_blocks - new_blocks:
+        return False  # it waits: the step decodes alone
+    pool.free_blocks -= new_blocks  # the decode's blocks (nothing to evict)
+    decode_context = rows.total_context()
+    emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
+    # ``admit_plainly``'s turn: the head popped, its blocks taken, its row appended
+    fifo.popleft()
+    del waiting.tokens[rid]
+    pool.free_blocks -= held
+    start = r.now  # the row's last token time (``admit_popped``'s ``now``)
+    first_scheduled_s = r.records.first_scheduled_s
+    if math.isnan(first_scheduled_s.item(rid)):  # ``item``: a Python float
+        first_scheduled_s[rid] = start
+    target = scheduler.target_tokens.item(rid)
+    lag = rows.lag  # the stored decode columns lag the pending decode steps
+    run.append(rid, 0, tokens, 0, target, held, start)
+    r._decoding = None
+    # ``_admit_one`` with no hit, the whole prompt as the chunk and no token before
+    pairs = float(tokens * 0 + tokens * (tokens + 1) / 2)
+    duration = r.step_s.seconds(tokens, pairs, 0, 1, n, decode_context)
+    r.trace.record(start, pool.num_blocks - pool.free_blocks)
+    r.now = now = start + duration
+    r.num_steps += 1
+    rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
+    row_computed = tokens - lag - 1  # stored: tokens and generated + 1 cancel the lag's + 1
+    flat, capacity = run._flat, run._capacity
+    flat[_COMPUTED * capacity + n] = row_computed
+    if held == -(-tokens // rows.block):
+        rows.held_rows = n + 1
+    if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted one
+        rows.learn_row(row_computed, target + lag, held)  # key: target - (0 - lag)
+    if n and emitted is not None and emitted == now - duration:  # ``_old_rows_gaps``' usual
+        rows.itl_mark(duration)
+        r.itl.add(duration, float(n))
+    else:
+        _old_rows_gaps(r, n, emitted, duration)
+    flat[_ITL_FROM * capacity + n] = rows.itl_length  # ``itl_restart`` of the one row
+    r.records.first_token_s[rid] = now
+    rows.emitted(now)
+    r._decoding = True  # every row has sampled and needs one token
+    if rows.fewest_left() <= 0:
+        r.finish(rows.finished_rows())
+    return True
 
 
 def _old_rows_gaps(r: Replica, n: int, emitted: float | None, duration: float) -> None:
