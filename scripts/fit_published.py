@@ -132,6 +132,12 @@ def parser() -> argparse.ArgumentParser:
         help="Charge NCCL's per-step latency (perf/comm.py PER_HOP_LATENCY) and fit it",
     )
     p.add_argument(
+        "--rank-sync",
+        action="store_true",
+        help="Fit each release's per-step host work of a multi-GPU replica "
+        "(perf/multi_rank.py rank_step_overhead_s)",
+    )
+    p.add_argument(
         "--gemm-shape",
         action="store_true",
         help="Fit gemm_half_outputs, the SM-occupancy ramp of TP-sharded GEMMs "
@@ -224,7 +230,9 @@ def fit_config(args: argparse.Namespace) -> FitConfig | str:
     keys = tuple(args.split_keys.split(",")) if args.split_keys else ()
     if keys and not (args.release_split and set(keys) <= set(SHARED_KEYS)):
         return f"--split-keys: with --release-split, from {', '.join(SHARED_KEYS)}"
-    return FitConfig.from_flags(args.per_hop, args.gemm_shape, classes, args.release_split, keys)
+    return FitConfig.from_flags(
+        args.per_hop, args.gemm_shape, classes, args.release_split, keys, args.rank_sync
+    )
 
 
 @dataclass

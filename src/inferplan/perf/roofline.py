@@ -37,6 +37,7 @@ from inferplan.perf.kernel_floor import (
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.moe_passes import expert_passes
+from inferplan.perf.multi_rank import logits_gather_ops, with_rank_sync
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.perf.pipeline_costs import stage_pass_overhead_s
@@ -79,7 +80,7 @@ class RooflineModel:
         topology: Topology | None = None,
     ) -> None:
         self.spec, self.gpu, self.par = spec, gpu, par
-        self.formats, self.kv, self.eff = formats, kv, eff
+        self.formats, self.kv, self.eff = formats, kv, with_rank_sync(eff, par)  # multi_rank
         self.routing = routing or default_routing(eff.routing_skew)
         self.topology = topology or topology_for(gpu)
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
@@ -91,8 +92,8 @@ class RooflineModel:
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()
-        padded_vocab = -(-spec.vocab_size // 64) * 64
-        self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
+        self.padded_vocab = -(-spec.vocab_size // 64) * 64
+        self.head_params = -(-self.padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
         # ``_pieces``' caches (the attention core's in ``perf/attention_pieces.py``).
         self._token_parts: dict[tuple[float, str, bool], _TokenParts] = {}
@@ -301,7 +302,8 @@ class RooflineModel:
         head = self._head_pieces.get(logits)
         if head is None:
             lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
-            head = keep(self._head_pieces, logits, (lm_head,), LINE_CACHE_SIZE)
+            ops = (lm_head, *logits_gather_ops(logits, self))  # perf/multi_rank.py
+            head = keep(self._head_pieces, logits, ops, LINE_CACHE_SIZE)
         return head
 
     def _token_pieces(self, tokens: float) -> _TokenParts:
