@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferplan.perf import comm
+from inferplan.perf import comm, multi_rank
 from inferplan.plan.fitting.config import (
     COLLECTIVE_KEYS,
     SHARED_KEYS,
@@ -130,6 +130,11 @@ def parser() -> argparse.ArgumentParser:
         "--per-hop",
         action="store_true",
         help="Charge NCCL's per-step latency (perf/comm.py PER_HOP_LATENCY) and fit it",
+    )
+    p.add_argument(
+        "--logits-gather",
+        action="store_true",
+        help="Time the LM head's logits all-gather at TP > 1 (perf/multi_rank.py LOGITS_GATHER)",
     )
     p.add_argument(
         "--rank-sync",
@@ -377,6 +382,8 @@ def main(argv: list[str]) -> int:
     # every other flag is in ``config``.
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
+    if args.logits_gather:
+        multi_rank.LOGITS_GATHER = True
     if args.collectives_only:
         return collectives_only(config, args.rounds, args.steps)
     run = checked(args, config)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from inferplan.perf import comm
+from inferplan.perf import comm, multi_rank
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency
 from inferplan.plan.calibration import huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
@@ -294,13 +294,14 @@ def set_release(release: str) -> Callable[[Constants, str, float], Constants]:
     return setter
 
 
-def _set_per_hop(per_hop: bool) -> None:
+def _set_switches(per_hop: bool, logits_gather: bool) -> None:
     comm.PER_HOP_LATENCY = per_hop
+    multi_rank.LOGITS_GATHER = logits_gather
 
 
 def worker_pool(jobs: int) -> ProcessPoolExecutor:
     """Processes for the fit's columns and folds, each set to this process's
-    ``perf/comm.py`` ``PER_HOP_LATENCY`` (``--per-hop``), forked or spawned alike."""
-    return ProcessPoolExecutor(
-        max_workers=jobs, initializer=_set_per_hop, initargs=(comm.PER_HOP_LATENCY,)
-    )
+    ``perf/comm.py`` ``PER_HOP_LATENCY`` (``--per-hop``) and ``perf/multi_rank.py``
+    ``LOGITS_GATHER`` (``--logits-gather``), forked or spawned alike."""
+    switches = (comm.PER_HOP_LATENCY, multi_rank.LOGITS_GATHER)
+    return ProcessPoolExecutor(max_workers=jobs, initializer=_set_switches, initargs=switches)
