@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferplan.perf import comm
+from inferplan.perf import comm, multi_rank
 from inferplan.plan.fitting.config import (
     COLLECTIVE_KEYS,
     SHARED_KEYS,
@@ -130,6 +130,17 @@ def parser() -> argparse.ArgumentParser:
         "--per-hop",
         action="store_true",
         help="Charge NCCL's per-step latency (perf/comm.py PER_HOP_LATENCY) and fit it",
+    )
+    p.add_argument(
+        "--logits-gather",
+        action="store_true",
+        help="Time the LM head's logits all-gather at TP > 1 (perf/multi_rank.py LOGITS_GATHER)",
+    )
+    p.add_argument(
+        "--rank-sync",
+        action="store_true",
+        help="Fit each release's per-step host work of a multi-GPU replica "
+        "(perf/multi_rank.py rank_step_overhead_s)",
     )
     p.add_argument(
         "--gemm-shape",
@@ -224,7 +235,9 @@ def fit_config(args: argparse.Namespace) -> FitConfig | str:
     keys = tuple(args.split_keys.split(",")) if args.split_keys else ()
     if keys and not (args.release_split and set(keys) <= set(SHARED_KEYS)):
         return f"--split-keys: with --release-split, from {', '.join(SHARED_KEYS)}"
-    return FitConfig.from_flags(args.per_hop, args.gemm_shape, classes, args.release_split, keys)
+    return FitConfig.from_flags(
+        args.per_hop, args.gemm_shape, classes, args.release_split, keys, args.rank_sync
+    )
 
 
 @dataclass
@@ -369,6 +382,8 @@ def main(argv: list[str]) -> int:
     # every other flag is in ``config``.
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
+    if args.logits_gather:
+        multi_rank.LOGITS_GATHER = True
     if args.collectives_only:
         return collectives_only(config, args.rounds, args.steps)
     run = checked(args, config)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from inferplan.perf import comm
+from inferplan.perf import comm, multi_rank
 from inferplan.plan.fitting import config as fitting_config
 from inferplan.plan.fitting.config import (
     FIT_BOUNDS,
@@ -137,11 +137,30 @@ def _per_hop() -> bool:
     return comm.PER_HOP_LATENCY
 
 
+def _logits_gather() -> bool:
+    return multi_rank.LOGITS_GATHER
+
+
 def test_the_fit_workers_take_the_per_hop_switch_as_the_pool_was_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the initializer sets it, not fork's copy: flipped back before any worker starts
     monkeypatch.setattr(comm, "PER_HOP_LATENCY", True)
+    monkeypatch.setattr(multi_rank, "LOGITS_GATHER", True)
     with worker_pool(1) as pool:
         comm.PER_HOP_LATENCY = False
+        multi_rank.LOGITS_GATHER = False
         assert pool.submit(_per_hop).result() is True
+        assert pool.submit(_logits_gather).result() is True
+
+
+def test_the_rank_sync_is_fitted_per_release_only_when_asked() -> None:
+    """``--rank-sync``: every release class fits ``rank_step_overhead_s`` from 0 (perf/multi_rank);
+    without it no class has the key, so the default fit is the earlier one."""
+    rows = [r for r in fit_rows() if r.gpu == "b200_hgx"]
+    on = FitConfig.from_flags(rank_sync=True)
+    assert on.release_bounds(PYTORCH)["rank_step_overhead_s"] == (0.0, 1e-3)
+    assert start_constants(rows, on).costs[PYTORCH]["rank_step_overhead_s"] == 0.0
+    assert committed_constants(rows, set(), on).costs[PYTORCH]["rank_step_overhead_s"] == 0.0
+    assert "rank_step_overhead_s" not in FitConfig().release_bounds(PYTORCH)
+    assert "rank_step_overhead_s" not in start_constants(rows, FitConfig()).costs[PYTORCH]

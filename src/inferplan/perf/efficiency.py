@@ -68,6 +68,7 @@ class _EfficiencyFile(BaseModel):
     mixed_decode_rows: float = Field(default=1.0, ge=1, le=MAX_TILE_ROWS)
     gemm_half_outputs: float = Field(default=0.0, ge=0, le=MAX_HALF_OUTPUTS)
     grace_host: float = Field(default=1.0, ge=MIN_HOST_SPEED, le=1 / MIN_HOST_SPEED)
+    rank_step_overhead_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ class Efficiency:
     # x86 host's the costs are stated for; an engine release's constant (perf/overlap.py
     # ``on_host``; read by TensorRT-LLM's runs only). 1: the same host speed.
     grace_host: float = 1.0
+    # Host work per step that only a replica of more than one rank does (perf/multi_rank.py:
+    # the scheduled batch sent to the other ranks and the ranks' lockstep); an engine
+    # release's constant, added to step_overhead_s when the replica spans several GPUs.
+    rank_step_overhead_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,16 +1,14 @@
 """The analytic step-time model: a roofline per operator, with calibrated efficiencies.
 
-Each operator takes ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff))`` on one device, at
-the peak of its matmuls' dtype; operators run one after another, so their times add. Per layer:
-attention projections and core (causal prefill pairs, decode KV reads, MLA, sliding windows),
-the FFN (dense, or router + touched experts + shared experts), elementwise passes, and TP
-all-reduces (EP exchanges for MoE layers); per step the LM head and fixed overheads. Pipeline
-parallelism keeps ``m = min(pp, sequences)`` micro-batches in flight as vLLM v1's batch queue
-and TensorRT-LLM run them: no per-step fill-and-drain bubble, each micro-batch paying its own
-host work and launches (``perf/pipeline_costs.py``). Every operator is affine in the decode
-context ``C``, so a pure-decode stretch has a step time ``a + b*C`` until a bound flips or a
-window saturates (``decode_line``). ``docs/modeling.md`` has every formula and its sources.
-"""
+Each operator takes ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff))`` on one device, at the
+peak of its matmuls' dtype; operators add. Per layer: attention projections and core (causal
+prefill pairs, decode KV reads, MLA, sliding windows), the FFN (dense, or router + touched
+experts + shared experts), elementwise passes, TP all-reduces (EP exchanges for MoE layers); per
+step the LM head and fixed overheads. Pipeline parallelism keeps ``m = min(pp, sequences)``
+micro-batches in flight as vLLM v1's batch queue and TensorRT-LLM run them: no fill-and-drain
+bubble a step, each micro-batch paying its own host work and launches (``perf/pipeline_costs.py``).
+Every operator is affine in the decode context ``C``, so a pure-decode stretch has a step time
+``a + b*C`` until a bound flips or a window saturates (``decode_line``); ``docs/modeling.md``."""
 
 from __future__ import annotations
 
@@ -37,6 +35,7 @@ from inferplan.perf.kernel_floor import (
 from inferplan.perf.moe import RankTable, Routing, default_routing, rank_table
 from inferplan.perf.moe_comm import moe_exchange_s
 from inferplan.perf.moe_passes import expert_passes
+from inferplan.perf.multi_rank import logits_gather_ops, with_rank_sync
 from inferplan.perf.op import ACT_BYTES, Op
 from inferplan.perf.overlap import hidden_host_s, host_s, overlapped_line
 from inferplan.perf.pipeline_costs import stage_pass_overhead_s
@@ -79,7 +78,7 @@ class RooflineModel:
         topology: Topology | None = None,
     ) -> None:
         self.spec, self.gpu, self.par = spec, gpu, par
-        self.formats, self.kv, self.eff = formats, kv, eff
+        self.formats, self.kv, self.eff = formats, kv, with_rank_sync(eff, par)  # multi_rank
         self.routing = routing or default_routing(eff.routing_skew)
         self.topology = topology or topology_for(gpu)
         self._expert_ops: dict[tuple[int, int, int], tuple[Op, float]] = {}
@@ -91,8 +90,8 @@ class RooflineModel:
         self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.stage_layers = max(stage_layer_counts(spec.num_layers, par.pp))
         self.groups = self._bottleneck_groups()
-        padded_vocab = -(-spec.vocab_size // 64) * 64
-        self.head_params = -(-padded_vocab // par.tp) * spec.hidden_size
+        self.padded_vocab = -(-spec.vocab_size // 64) * 64
+        self.head_params = -(-self.padded_vocab // par.tp) * spec.hidden_size
         self._lines: dict[int, tuple[float, float, float, float]] = {}
         # ``_pieces``' caches (the attention core's in ``perf/attention_pieces.py``).
         self._token_parts: dict[tuple[float, str, bool], _TokenParts] = {}
@@ -301,7 +300,8 @@ class RooflineModel:
         head = self._head_pieces.get(logits)
         if head is None:
             lm_head = self._gemm("lm_head", self.head_params, logits, self.formats.other, 1, False)
-            head = keep(self._head_pieces, logits, (lm_head,), LINE_CACHE_SIZE)
+            ops = (lm_head, *logits_gather_ops(logits, self))  # perf/multi_rank.py
+            head = keep(self._head_pieces, logits, ops, LINE_CACHE_SIZE)
         return head
 
     def _token_pieces(self, tokens: float) -> _TokenParts:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from inferplan.perf import comm
+from inferplan.perf import comm, multi_rank
 from inferplan.perf.efficiency import FAMILY_OF_ARCHITECTURE, Efficiency
 from inferplan.plan.calibration import huber
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
@@ -58,7 +58,13 @@ COST_BOUNDS: dict[str, tuple[float, float]] = {
     # A Grace host's per-step work against an x86 server's (perf/overlap.py on_host): no faster
     # (the superchips' Neoverse V2 cores against the HGX servers' Xeons) and at most 3x slower.
     "grace_host": (1.0, 3.0),
+    # The per-step work of a replica on more than one GPU (perf/multi_rank.py: the scheduled
+    # batch broadcast to the other ranks, their lockstep): a shared-memory or MPI broadcast on
+    # one node and a rank's wait for the slowest, at most a millisecond a step.
+    "rank_step_overhead_s": (0.0, 1e-3),
 }
+# The host costs fitted only with ``FitConfig.rank_sync`` (``--rank-sync``).
+RANK_KEYS = ("rank_step_overhead_s",)
 # Each constant's finite-difference step for the served rows' linearisation (--served), in its
 # transformed value (log for a fraction): large enough to step over the simulations' discrete
 # choices (batch sizes, graph sizes), small against the distance the fit moves a constant.
@@ -71,6 +77,7 @@ SLOPE_STEPS: dict[str, float] = {
     "host_overlap": 0.1,
     "routing_skew": 0.1,
     "grace_host": 0.1,
+    "rank_step_overhead_s": 1e-4,
 }
 # TensorRT-LLM's PyTorch backend's release classes: one, or with ``release_split`` 0.19-1.0
 # (``trtllm-pytorch``) and the main revision and 1.1 on (``PYTORCH_1_1``).
@@ -123,6 +130,7 @@ class FitConfig:
     release_only: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"grace_host": ()})
     release_split: bool = False
     split_keys: tuple[str, ...] = ()
+    rank_sync: bool = False
 
     @classmethod
     def from_flags(
@@ -132,6 +140,7 @@ class FitConfig:
         overlap_scheduler: tuple[str, ...] = (),
         release_split: bool = False,
         split_keys: tuple[str, ...] = (),
+        rank_sync: bool = False,
     ) -> FitConfig:
         """``overlap_scheduler``: the release classes whose host work runs behind the GPU's
         (the PyTorch backend's overlap scheduler, which trtllm-bench turns on in 0.19 and which
@@ -149,6 +158,7 @@ class FitConfig:
             release_only={"grace_host": tuple(overlap_scheduler)},
             release_split=release_split,
             split_keys=split_keys if release_split else (),
+            rank_sync=rank_sync,
         )
 
     def inherited(self) -> tuple[str, ...]:
@@ -173,7 +183,10 @@ class FitConfig:
         return {
             k: b
             for k, b in COST_BOUNDS.items()
-            if k not in fixed and k in own and release in self.release_only.get(k, (release,))
+            if k not in fixed
+            and k in own
+            and release in self.release_only.get(k, (release,))
+            and (self.rank_sync or k not in RANK_KEYS)
         }
 
     def log_keys(self) -> frozenset[str]:
@@ -281,13 +294,14 @@ def set_release(release: str) -> Callable[[Constants, str, float], Constants]:
     return setter
 
 
-def _set_per_hop(per_hop: bool) -> None:
+def _set_switches(per_hop: bool, logits_gather: bool) -> None:
     comm.PER_HOP_LATENCY = per_hop
+    multi_rank.LOGITS_GATHER = logits_gather
 
 
 def worker_pool(jobs: int) -> ProcessPoolExecutor:
     """Processes for the fit's columns and folds, each set to this process's
-    ``perf/comm.py`` ``PER_HOP_LATENCY`` (``--per-hop``), forked or spawned alike."""
-    return ProcessPoolExecutor(
-        max_workers=jobs, initializer=_set_per_hop, initargs=(comm.PER_HOP_LATENCY,)
-    )
+    ``perf/comm.py`` ``PER_HOP_LATENCY`` (``--per-hop``) and ``perf/multi_rank.py``
+    ``LOGITS_GATHER`` (``--logits-gather``), forked or spawned alike."""
+    switches = (comm.PER_HOP_LATENCY, multi_rank.LOGITS_GATHER)
+    return ProcessPoolExecutor(max_workers=jobs, initializer=_set_switches, initargs=switches)

@@ -161,6 +161,8 @@ def start_constants(rows: list[PublishedRow], config: FitConfig) -> Constants:
         "host_overlap": 0.0,
         "routing_skew": 0.0,
     }
+    if config.rank_sync:
+        base["rank_step_overhead_s"] = 0.0
     costs = {}
     for release in sorted(releases, key=str):
         own = config.split_keys if release == PYTORCH_1_1 and config.inherited() else base
