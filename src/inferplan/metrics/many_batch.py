@@ -17,8 +17,8 @@ of all the calls of its batch here, in fewer calls, with the same floats:
   any order), rounded once: the correctly rounded sum, ``math.fsum``'s float, which
   ``exact_sum`` returns on both of its paths; a call whose exponents spread too far takes
   ``exact_sum`` itself;
-- the bins: ``bins_of`` over the concatenation (``np.searchsorted(..., side="right")``, the
-  one definition every bin path meets).
+- the bins: each call's own ``bins_within`` (a search of the few edges between its extremes:
+  over the concatenation, whose extremes lie far apart, each value costs more).
 
 Only calls of at least ``FEW_DURATIONS`` positive finite values come here (the others are
 made at their call, as before). ``tests/metrics/test_many_batch.py`` checks every field
@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferplan.metrics.exact_sum import EXACT_SUM_SPREAD, exact_sum
-from inferplan.metrics.histogram import BinGrid, bins_of
+from inferplan.metrics.histogram import BinGrid, bins_within
 from inferplan.metrics.moments import MANY, Update
 
 # A kept call: its values (1-D float64, at least ``FEW_DURATIONS``, every one positive and
@@ -64,7 +64,6 @@ def many_updates(kept: list[Kept], grid: BinGrid) -> list[tuple[Update, npt.NDAr
     starts = np.cumsum([0, *sizes[:-1]])
     high_sums = np.add.reduceat(scaled >> 31, starts).tolist()
     low_sums = np.add.reduceat(scaled & 0x7FFFFFFF, starts).tolist()
-    bins_all = bins_of(grid, values_all)
     out: list[tuple[Update, npt.NDArray[np.intp]]] = []
     start = 0
     for i, (values, weight, low_s, high_s) in enumerate(kept):
@@ -83,6 +82,6 @@ def many_updates(kept: list[Kept], grid: BinGrid) -> list[tuple[Update, npt.NDAr
             means[i],
             float(np.add.reduce(squares[start:end])) * weight,
         )
-        out.append((update, bins_all[start:end]))
+        out.append((update, bins_within(grid, values, low_s, high_s)))
         start = end
     return out
