@@ -339,18 +339,7 @@ def prefill_on_step(r: Replica) -> bool:
     if start != now - duration:  # gaps not one step long in floats: the column form
         column_finish(r, last, [chunk], duration)
         return True
-    # ``emit_rows`` and ``_emit_prefilling`` of the one prefilling row
-    rows.decode(1, crossing, last)
+    rows.decode(1, crossing, last)  # ``emit_rows``, its one row prefilling on
     rows.itl_mark(duration)  # the decoders' one-step gap
-    flat[_COMPUTED * capacity + last] += chunk - 1
-    flat[_TOKENS * capacity + last] -= 1
-    flat[_GENERATED * capacity + last] -= 1
-    still_decodes = computed + chunk + 1 == tokens and generated != 0
-    r.itl.add(duration, float(last))
-    rows.itl_restart(last)
-    rows.emitted_first(now, last)
-    r._decoding = None if still_decodes else False
-    if rows.known_rows and rows.fewest_known_left() <= 0:
-        r.finish(rows.finished_rows())
-    r.chunk_mark = (r.num_steps, now, run._size)
+    _emit_prefilling(r, last, (last, computed, generated, chunk), duration, lag)
     return True
