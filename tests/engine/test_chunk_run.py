@@ -115,3 +115,27 @@ def test_a_pass_asked_again_where_one_ended_takes_nothing(case: Case) -> None:
     assert answered[0] >= 20
     _assert_identical(checked, built)
     _assert_identical(skipped, built)
+
+
+@pure_only
+@pytest.mark.parametrize(
+    ("case", "least"), [(THRASH, 15), (replace(THRASH, seed=7), 40), (ARRIVING, 60)]
+)
+def test_prefill_on_steps_are_the_loops_steps(case: Case, least: int) -> None:
+    """``prefill_on_step`` (a chunk step right after a chunk step, without its questions) is
+    taken many times, and the run equals the loop's (``Replica.step`` once per pass)."""
+    taken = [0]
+    with pytest.MonkeyPatch.context() as patch:
+        real = chunk_run.prefill_on_step
+
+        def counting(r):  # type: ignore[no-untyped-def]
+            out = real(r)
+            taken[0] += out
+            return out
+
+        patch.setattr(chunk_run, "prefill_on_step", counting)
+        fast, _ = _run(case, runs=True, patch=patch)
+    with pytest.MonkeyPatch.context() as patch:
+        loop, _ = _run(case, runs=False, patch=patch)
+    assert taken[0] >= least
+    _assert_identical(fast, loop)

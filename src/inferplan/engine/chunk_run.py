@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from inferplan.engine.chunk_step import prefill_on_step
+
 if TYPE_CHECKING:
     from inferplan.engine.replica import Replica
 
@@ -43,6 +45,9 @@ def step_then_chunks(r: Replica, intake: Callable[[float], float | None] | None)
         intake(r.now)  # the loop's arrivals due at this clock, routed as it routes them
         scheduler.joins = None  # ``can_stretch``'s first act, each pass of the loop
         steps, now = r.num_steps, r.now
-        r.step()
+        # ``Replica.step`` with ``_decoding`` False: ``_decode_and_admit_step`` declines
+        # (``is_decoding``), so its ``chunk_step``; the usual one first, inline.
+        if r.offload is not None or not prefill_on_step(r):
+            r.step()
         if r.num_steps == steps and r.now == now:
             return  # no progress: the loop's test

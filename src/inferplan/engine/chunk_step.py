@@ -294,3 +294,52 @@ def column_finish(r: Replica, last: int, chunks: list[int], duration: float) -> 
     sched = np.array([1] * last + chunks, dtype=np.int64)
     r._finish_step(sched, duration)
     r._decoding = None
+
+
+def prefill_on_step(r: Replica) -> bool:
+    """``chunk_step`` of the step after a chunk step where the same last row prefills on with
+    the whole budget left it (a doomed head's or a long recompute's chunks, ``chunk_run.py``):
+    the same writes in the same order, without ``last_row_chunk``'s and ``decoders_ready``'s
+    questions that the last chunk step answered (its ``chunk_mark``, the decoders' scalars and
+    emission time as it left them), ``emit_rows``' dispatch and its lists. False, having
+    changed nothing, in any other state (``Replica.step`` then runs the step)."""
+    run = r.running
+    rows, last = run.rows, run._size - 1
+    if r.chunk_mark != (r.num_steps, r.now, run._size) or last < 1:
+        return False  # not right after a chunk step (``decoders_ready``'s learning path)
+    if rows.known_rows != last or rows.held_rows > last or rows.time_rows != last:
+        return False
+    if rows.time_s != r.now or r.swapped or type(r.waiting) is not WaitingQueue:
+        return False
+    if r.scheduler.admission_path != PLAIN or r.spec is not None or not r.vector_steps:
+        return False  # (``last_row_chunk``'s; unchanged since that chunk step)
+    budget, block, lag = r.cfg.max_num_batched_tokens, rows.block, rows.lag
+    flat, capacity = run._flat, run._capacity
+    computed = flat[_COMPUTED * capacity + last] + lag
+    tokens = flat[_TOKENS * capacity + last] + lag
+    generated = flat[_GENERATED * capacity + last] + lag
+    chunk = budget - last  # ``min(left, budget - last)`` where the row prefills on
+    if not 0 < chunk < tokens - computed or not block:
+        return False  # its last chunk, or a budget the decoders fill
+    held = flat[_HELD * capacity + last]
+    grown = max(-(-(computed + chunk) // block) - held, 0)
+    crossing = rows.hist[-lag % block]  # ``crossings(1)`` of the decoders
+    pool = r.pool
+    if crossing + grown > pool.free_blocks:
+        return False  # the running pass preempts: ``preempt_step``
+    pool.free_blocks -= crossing + grown  # nothing to evict (no prefix cache)
+    flat[_HELD * capacity + last] = held + grown
+    decode_context = rows.computed_sum + last * (lag + 1)
+    r.scheduler.step_fit = None  # ``admit_waiting`` with no budget left (``chunk_step``)
+    duration = r.step_s.seconds(*step_shape(last, decode_context, [chunk], [computed]))
+    r.trace.record(r.now, pool.num_blocks - pool.free_blocks)
+    start = r.now
+    r.now = now = start + duration
+    r.num_steps += 1
+    if start != now - duration:  # gaps not one step long in floats: the column form
+        column_finish(r, last, [chunk], duration)
+        return True
+    rows.decode(1, crossing, last)  # ``emit_rows``, its one row prefilling on
+    rows.itl_mark(duration)  # the decoders' one-step gap
+    _emit_prefilling(r, last, (last, computed, generated, chunk), duration, lag)
+    return True

@@ -20,15 +20,22 @@ and the run falls back to the interleaved one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
 
+from inferplan.metrics.few_durations import FEW_DURATIONS
 from inferplan.metrics.histogram import BinGrid, ItlHistogram, bins_of, count_series_in_order
+from inferplan.metrics.many_batch import Kept, many_updates
 from inferplan.metrics.moment_rows import WIDTH, apply_rows, pack
 from inferplan.metrics.moments import ARITHMETIC, MANY, ONE, Moments, Update
 from inferplan.metrics.series_bins import add_series_arrays, is_integral
+
+# Where a kept ``add_many`` call's update and bins go until its batch makes them.
+_KEPT: Update = (MANY, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+_NO_BINS: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
 
 CHUNK = 1 << 16  # updates kept as tuples before they are packed into rows (and binned)
 BATCH = 1 << 12  # ``ItlBatch``'s adds kept before they are counted and folded
@@ -176,15 +183,33 @@ class ItlBatch(QueuedAdds):
     def __init__(self, grid: BinGrid | None = None) -> None:
         super().__init__(grid, limit=BATCH)
         self._many_bins: list[tuple[npt.NDArray[np.intp], float]] = []  # ``add_many``'s
+        # ``add_many`` calls whose update and bins are made with the batch's others
+        # (``many_batch.py``): each kept call, and where its update and bins go in the queue
+        # and in ``_many_bins``.
+        self._kept: list[Kept] = []
+        self._kept_at: list[tuple[int, int]] = []
 
     def _flush(self) -> None:
         self.apply_batch()
+
+    def _make_kept(self) -> None:
+        """The kept ``add_many`` calls' updates and bins, in their places."""
+        queue, many_bins = self._queue, self._many_bins
+        made = many_updates(self._kept, self.grid)
+        for (update, bins), (at, bins_at), (_, weight, _, _) in zip(
+            made, self._kept_at, self._kept, strict=True
+        ):
+            queue[at] = update
+            many_bins[bins_at] = (bins, weight)
+        self._kept, self._kept_at = [], []
 
     def apply_batch(self) -> None:
         """Count and fold the adds kept so far, after every update made before them."""
         batch = self._queue
         if not batch:
             return
+        if self._kept:
+            self._make_kept()
         self._queue = []
         many, self._many_bins = self._many_bins, []
         many.reverse()  # popped in order by the replay below
@@ -216,10 +241,27 @@ class ItlBatch(QueuedAdds):
 
     def add_many(self, durations_s: npt.NDArray[np.float64], weight: float = 1.0) -> None:
         """``ItlHistogram.add_many``: the same checks; its moment update joins the batch in
-        order, its bins kept beside it until the batch is applied."""
-        many = self._many(durations_s, weight)
+        order, its bins kept beside it until the batch is applied. An array of at least
+        ``FEW_DURATIONS`` positive finite values is kept as it is (the caller must not change
+        it) and its update made with the batch's others (``many_batch.py``: the same
+        floats)."""
+        values = np.asarray(durations_s, dtype=np.float64)
+        queue = self._queue
+        if values.ndim == 1 and values.size >= FEW_DURATIONS:
+            low_s = float(np.minimum.reduce(values))  # ``_many``'s check, at the call
+            if not low_s >= 0.0:
+                raise ValueError("ITL durations must be >= 0")
+            high_s = float(np.maximum.reduce(values))
+            if low_s > 0.0 and high_s < math.inf:  # made with the batch (``_make_kept``)
+                self._kept.append((values, weight, low_s, high_s))
+                self._kept_at.append((len(queue), len(self._many_bins)))
+                queue.append(_KEPT)
+                self._many_bins.append((_NO_BINS, weight))
+                if len(queue) >= BATCH:
+                    self.apply_batch()
+                return
+        many = self._many(values, weight)
         if many is not None:
-            queue = self._queue
             queue.append(many[0])
             self._many_bins.append((many[1], weight))
             if len(queue) >= BATCH:
