@@ -87,6 +87,9 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     step_line: tuple[float, float, float] | None = None  # the last preemption step's line
     inf = math.inf  # builtins' ``min``, ``max`` and ``math.isfinite`` as comparisons (per link)
     step_after = False  # the loop's own ``Replica.step`` (a stretch of no steps, no preemption)
+    # The first failing step of the rows a preemption step leaves (``first_failure``): found by
+    # its pop loop's last test, and the stretch after it asks the same rows and blocks.
+    fails_at: int | None = None
     while True:
         if preempting:
             # ``_preempt_victims``: the first victim is known (module doc); then pop while the
@@ -119,7 +122,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                     v = block - 1
                     while at_least[v] <= rest:
                         v -= 1
-                    if block * q + block - v > j:
+                    fails_at = block * q + block - v
+                    if fails_at > j:
                         break
             if p == 0:  # nothing left to run: the loop's ``can_stretch`` fails
                 break
@@ -181,14 +185,17 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                 ahead = 0
             if ahead < k:
                 k = ahead
-        q, rest = divmod(usable - k_p, p)
-        if q < 0:
-            k_pool = -j
+        if fails_at is not None:  # the pop loop's last answer: the same rows and blocks
+            k_pool, fails_at = fails_at - j, None
         else:
-            v = block - 1
-            while at_least[v] <= rest:
-                v -= 1
-            k_pool = block * q + block - v - j
+            q, rest = divmod(usable - k_p, p)
+            if q < 0:
+                k_pool = -j
+            else:
+                v = block - 1
+                while at_least[v] <= rest:
+                    v -= 1
+                k_pool = block * q + block - v - j
         if -inf < next_arrival_s < inf:
             # ``_steps_before``'s usual answer written out (its first two tests, the same
             # floats): the whole capped stretch starts before the arrival.
