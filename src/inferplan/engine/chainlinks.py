@@ -49,9 +49,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     # The table model's lines are secants through the context (``perf/table.py``): asked.
     reuses_line = type(r.model) is RooflineModel
     # ``RooflineModel.decode_line``'s cache hit read here (its lines per batch size with the
-    # context range each holds for: the same floats, a call fewer a link); a miss asks it.
+    # context range each holds for: the same floats, a call fewer a link); a miss asks it. Not
+    # where the instance's ``decode_line`` is its own (``tests/engine/test_chain_lines.py``).
     model = r.model
-    lines_get = model._lines.get if type(model) is RooflineModel else None
+    own_line = "decode_line" in getattr(model, "__dict__", ())
+    lines_get = model._lines.get if type(model) is RooflineModel and not own_line else None
     # A FIFO queue's head after a preemption step is its last victim (pushed to the front;
     # arrivals join the tail), whose tokens the chain knows: no ``peek``. SPF's heap: asked.
     head_tokens: int | None = None
