@@ -17,7 +17,9 @@ order, the same calls out (``decode_line``, ``_steps_before``, the queue's ``pus
 test written out), so runs are bit for bit the same. One test is known instead of asked: a
 preemption step follows a stretch that ended at the pool's first failing step (or, at the chain's
 start, ``is_consistent``'s first failure at step 0), so its first victim is popped without asking
-``first_failure`` again.
+``first_failure`` again; and the stretch after a preemption step takes its pool bound from the
+pop loop's last test (the step pops nothing and takes no block count). The roofline's cached
+line for ``p`` rows is read in place where the context lies in its range.
 """
 
 from __future__ import annotations
