@@ -13,6 +13,7 @@ a chain), which needs the live event loop.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -38,8 +39,13 @@ def _state(r: Replica) -> list[object]:
     scalars = {
         k: (v.tolist() if isinstance(v, np.ndarray) else v)
         for k, v in vars(rows).items()
-        if isinstance(v, int | float | list | dict | np.ndarray)
+        if isinstance(v, int | float | list | dict | np.ndarray) and k not in ("due", "gone")
     }
+    # The heap of left counts as the keys it holds (its lazy deletions may run at other times:
+    # the one-frame chain asks it for the fewest left at its start, the reference does not).
+    live = Counter(rows.due)
+    live.subtract(rows.gone)
+    scalars["due"] = sorted(live.elements())
     return [
         r.now,
         r.num_steps,

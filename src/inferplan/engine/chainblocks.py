@@ -27,6 +27,7 @@ step).
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 
 import numpy as np
 
@@ -50,14 +51,16 @@ class TailBlocks:
         tokens are ``v`` mod ``B``) and their computed tokens' sum, in ``O(B)`` scalars
         (implicit rows keep both: ``engine/implicit.py``): ``sum a_i = (sum c_i - sum o_i) / B``."""
         blocks = cls.__new__(cls)
-        blocks.block, blocks.usable, blocks.p = block, usable, sum(counts)
-        at_least, total, offsets = [0] * (block + 1), 0, 0
-        for v in range(block - 1, -1, -1):
-            total += counts[v]
-            at_least[v] = total
-            offsets += v * counts[v]
+        # ``at_least``: the counts' sums from the top (in C), then the ``B``-th entry, 0. The
+        # offsets' sum ``sum_v v * counts[v]`` is ``sum_{v >= 1} at_least[v]`` (an offset ``o``
+        # is counted once at each ``v`` in ``1 .. o``).
+        at_least = [*accumulate(reversed(counts))]
+        at_least.reverse()
+        at_least.append(0)
+        p = at_least[0]
+        blocks.block, blocks.usable, blocks.p = block, usable, p
         blocks.at_least = at_least
-        blocks.k = (computed_sum - offsets) // block + blocks.p
+        blocks.k = (computed_sum - (sum(at_least) - p)) // block + p
         return blocks
 
     def held(self, j: int) -> int:

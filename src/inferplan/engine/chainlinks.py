@@ -17,7 +17,9 @@ order, the same calls out (``decode_line``, ``_steps_before``, the queue's ``pus
 test written out), so runs are bit for bit the same. One test is known instead of asked: a
 preemption step follows a stretch that ended at the pool's first failing step (or, at the chain's
 start, ``is_consistent``'s first failure at step 0), so its first victim is popped without asking
-``first_failure`` again.
+``first_failure`` again; and the stretch after a preemption step takes its pool bound from the
+pop loop's last test (the step pops nothing and takes no block count). The roofline's cached
+line for ``p`` rows is read in place where the context lies in its range.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     # stretch's context (``p`` higher) stays below ``limit``: the same floats, one call fewer.
     # The table model's lines are secants through the context (``perf/table.py``): asked.
     reuses_line = type(r.model) is RooflineModel
+    # ``RooflineModel.decode_line``'s cache hit read here (its lines per batch size with the
+    # context range each holds for: the same floats, a call fewer a link); a miss asks it. Not
+    # where the instance's ``decode_line`` is its own (``tests/engine/test_chain_lines.py``).
+    model = r.model
+    own_line = "decode_line" in getattr(model, "__dict__", ())
+    lines_get = model._lines.get if type(model) is RooflineModel and not own_line else None
     # A FIFO queue's head after a preemption step is its last victim (pushed to the front;
     # arrivals join the tail), whose tokens the chain knows: no ``peek``. SPF's heap: asked.
     head_tokens: int | None = None
@@ -63,9 +71,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     run = r.running
     flat, computed_at, start_lag = run._flat, _COMPUTED * run._capacity, chain.computed_lag
     # The fewest output tokens left among the first ``p`` rows (``_Chain._fewest_left``): the
-    # rows' minimum, found again only where a victim held it (victims leave from the tail).
+    # rows' minimum (implicit rows: their heap of left counts, every row known), found again
+    # only where a victim held it (victims leave from the tail).
     left_stored, left_lag = chain.left_stored, chain.left_lag
-    fewest = min(left_stored) - left_lag
+    rows = run.rows
+    fewest = rows.fewest_known_left() if chain.implicit else min(left_stored) - left_lag
     blocks = chain.blocks
     at_least, k_p, p = blocks.at_least, blocks.k, blocks.p
     block, usable, outside = chain.block, chain.usable, chain.outside
@@ -79,7 +89,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
     trace_times, trace_blocks = chain.trace_times, chain.trace_blocks
     itl_updates = chain.itl_updates
     step_line: tuple[float, float, float] | None = None  # the last preemption step's line
+    inf = math.inf  # builtins' ``min``, ``max`` and ``math.isfinite`` as comparisons (per link)
     step_after = False  # the loop's own ``Replica.step`` (a stretch of no steps, no preemption)
+    # The first failing step of the rows a preemption step leaves (``first_failure``): found by
+    # its pop loop's last test, and the stretch after it asks the same rows and blocks.
+    fails_at: int | None = None
     while True:
         if preempting:
             # ``_preempt_victims``: the first victim is known (module doc); then pop while the
@@ -112,7 +126,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
                     v = block - 1
                     while at_least[v] <= rest:
                         v -= 1
-                    if block * q + block - v > j:
+                    fails_at = block * q + block - v
+                    if fails_at > j:
                         break
             if p == 0:  # nothing left to run: the loop's ``can_stretch`` fails
                 break
@@ -120,7 +135,11 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             # total ``k * a + b * (k * C + n * k * (k - 1) / 2)`` is ``first`` exactly
             # (``1 * a == a``, ``C + 0.0 == C`` below 2**53).
             context = computed_sum + p * j + p
-            step_line = a, b, _ = decode_line(p, context)
+            line = lines_get(p) if lines_get is not None else None
+            if line is not None and line[2] <= context < line[3]:
+                step_line = a, b, _ = line[0], line[1], line[3]
+            else:
+                step_line = a, b, _ = decode_line(p, context)
             first = (a + 0.0) + b * context
             step = b * p
             trace_times.append(now)
@@ -157,23 +176,35 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
         if step_line is not None and reuses_line and context < step_line[2]:
             a, b, limit = step_line
         else:
-            a, b, limit = decode_line(p, context)
+            line = lines_get(p) if lines_get is not None else None
+            if line is not None and line[2] <= context < line[3]:
+                a, b, limit = line[0], line[1], line[3]
+            else:
+                a, b, limit = decode_line(p, context)
         step_line = None
         k = fewest - j
-        if math.isfinite(limit):
-            k = min(k, max(0, math.ceil((limit - context) / p)))
-        q, rest = divmod(usable - k_p, p)
-        if q < 0:
-            k_pool = -j
+        if -inf < limit < inf:  # ``math.isfinite``; then ``min(k, max(0, ahead))``
+            ahead = math.ceil((limit - context) / p)
+            if ahead < 0:
+                ahead = 0
+            if ahead < k:
+                k = ahead
+        if fails_at is not None:  # the pop loop's last answer: the same rows and blocks
+            k_pool, fails_at = fails_at - j, None
         else:
-            v = block - 1
-            while at_least[v] <= rest:
-                v -= 1
-            k_pool = block * q + block - v - j
-        if math.isfinite(next_arrival_s):
+            q, rest = divmod(usable - k_p, p)
+            if q < 0:
+                k_pool = -j
+            else:
+                v = block - 1
+                while at_least[v] <= rest:
+                    v -= 1
+                k_pool = block * q + block - v - j
+        if -inf < next_arrival_s < inf:
             # ``_steps_before``'s usual answer written out (its first two tests, the same
             # floats): the whole capped stretch starts before the arrival.
-            cap, window_s = min(k, k_pool + 1), next_arrival_s - now
+            cap = k if k < k_pool + 1 else k_pool + 1  # ``min(k, k_pool + 1)``
+            window_s = next_arrival_s - now
             if window_s <= 0 or cap <= 0:
                 k = 0
             elif cap * a + b * (cap * context + p * cap * (cap - 1) / 2) < window_s:
@@ -181,7 +212,8 @@ def run_links(chain: _Chain, next_arrival_s: float, preempting: bool) -> None:
             else:
                 k = _steps_before(window_s, a, b, context, p, cap)
         pool_bound = k_pool < k
-        k = min(k, k_pool)
+        if pool_bound:  # ``min(k, k_pool)``
+            k = k_pool
         if k > 0:  # ``_segment``
             first = a + b * context
             step = b * p
