@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from inferplan.perf import fp8_gemm
 from inferplan.perf.batch import StepBatch
 from inferplan.perf.efficiency import efficiency_for
 from inferplan.perf.engine_kernels import bundled_kernels
@@ -14,6 +15,18 @@ from inferplan.plan.served import served_efficiency
 from inferplan.plan.trtllm_serve import bundled_serve_constants, serve_efficiency
 
 from .perf_helpers import tp_plan as _plan
+
+
+@pytest.fixture(autouse=True)
+def _bound_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound as it runs switched on (off in the bundle until cross-validated)."""
+    monkeypatch.setattr(fp8_gemm, "BOUND_BF16_BY_FP8", True)
+
+
+def test_the_bound_is_off_in_the_bundle_until_cross_validated() -> None:
+    h100 = _plan("Qwen3-14B", "h100_sxm_80gb", 1)
+    fp8_gemm.BOUND_BF16_BY_FP8 = False  # the fixture restores it
+    assert bf16_bound(h100, "bf16", 0.4) == 1.0
 
 
 def test_the_bound_is_the_fp8_factor_over_the_peak_ratio() -> None:
