@@ -5,7 +5,9 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
 - **Host costs per step and sequence**: TensorRT-LLM's, by release, fitted to its throughput
   rows by ``scripts/fit_published.py`` (``data/published_cpu_costs.yaml``); vLLM v1's and
   SGLang's fitted to their served latency rows (``perf/engine_overheads.py``).
-- **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only; vLLM's
+- **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only, a
+  BF16 dense run's GEMMs no faster than the engine's FP8 ones where ``perf/fp8_gemm.py``'s
+  bound is on (off as bundled); vLLM's
   BF16 MoE runs are their own class, and without a tuned fused-MoE config for the shape their
   experts run at half the rate (``perf/vllm_moe.py``).
 - **vLLM's attention kernel on Ampere and Ada** (FlashAttention-2): a decode row in a step with a
@@ -30,8 +32,14 @@ import yaml
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.cudagraph import CudaGraphs, engine_graphs
 from inferplan.perf.efficiency import Efficiency
-from inferplan.perf.engine_kernels import plan_kernel_class, with_engine_kernels
+from inferplan.perf.engine_kernels import (
+    bundled_kernels,
+    engine_factor,
+    plan_kernel_class,
+    with_engine_kernels,
+)
 from inferplan.perf.engine_overheads import overhead_class, with_engine_overheads
+from inferplan.perf.fp8_gemm import with_bf16_bound
 from inferplan.perf.sglang_moe import sglang_kernel_class
 from inferplan.perf.vllm_attention import with_vllm_attention
 from inferplan.perf.vllm_fp8 import with_vllm_fp8
@@ -80,7 +88,11 @@ def served_efficiency(
         kernel = vllm_kernel_class(plan, kernel)
     elif engine == "sglang":
         kernel = sglang_kernel_class(plan, kernel)
-    eff = with_engine_kernels(eff, overhead_class(engine, version), kernel)
+    engine_class = overhead_class(engine, version)
+    eff = with_engine_kernels(eff, engine_class, kernel)
+    if engine_class is not None:  # its BF16 GEMMs no faster than its FP8 ones (fp8_gemm.py)
+        fp8_factor = engine_factor(bundled_kernels().get(engine_class, {}), "fp8")
+        eff = with_bf16_bound(eff, plan, kernel, fp8_factor)
     eff = with_vllm_configs(eff, plan, engine)
     eff = with_overlap_schedule(eff, engine)
     return with_async_scheduling(eff, engine) if async_scheduling else eff

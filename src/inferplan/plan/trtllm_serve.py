@@ -62,6 +62,7 @@ from inferplan.errors import InferplanError
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
 from inferplan.perf.engine_kernels import KERNEL_CLASSES, plan_kernel_class, scale_kernels
+from inferplan.perf.fp8_gemm import with_bf16_bound
 from inferplan.plan.published import PublishedRow
 
 HOST_FIELDS = ("step_overhead_s", "per_seq_overhead_s", "eager_layer_overhead_s")
@@ -128,4 +129,6 @@ def serve_efficiency(
     eff = scale_kernels(
         replace(release, **constants.host_s), constants.kernels.get(kernel, 1.0), kernel
     )
+    # its BF16 GEMMs no faster than its FP8 ones (perf/fp8_gemm.py)
+    eff = with_bf16_bound(eff, plan, kernel, constants.kernels.get("fp8", 1.0))
     return with_overlap_scheduler(eff)
