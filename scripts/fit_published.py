@@ -169,6 +169,12 @@ def parser() -> argparse.ArgumentParser:
         "every PyTorch class (docs/validation.md, grace17, split18)",
     )
     p.add_argument(
+        "--grace-host",
+        action="store_true",
+        help="Fit the PyTorch release classes' speed on a Grace host (grace_host) with their "
+        "host_overlap still fitted (docs/validation.md, trt1019)",
+    )
+    p.add_argument(
         "--collectives-only",
         action="store_true",
         help="In-sample refit of the collective constants alone from the committed files; "
@@ -235,8 +241,11 @@ def fit_config(args: argparse.Namespace) -> FitConfig | str:
     keys = tuple(args.split_keys.split(",")) if args.split_keys else ()
     if keys and not (args.release_split and set(keys) <= set(SHARED_KEYS)):
         return f"--split-keys: with --release-split, from {', '.join(SHARED_KEYS)}"
+    grace: tuple[str, ...] = ()
+    if args.grace_host:
+        grace = FitConfig(release_split=args.release_split).pytorch_classes()
     return FitConfig.from_flags(
-        args.per_hop, args.gemm_shape, classes, args.release_split, keys, args.rank_sync
+        args.per_hop, args.gemm_shape, classes, args.release_split, keys, args.rank_sync, grace
     )
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from inferplan.memory.plan import MemoryConfig, MemoryPlan, plan_memory
 from inferplan.perf.batch import StepBatch, StepTime
+from inferplan.perf.efficiency import efficiency_for
+from inferplan.perf.factory import build_step_model
 from inferplan.plan import closed_form
 from inferplan.plan.closed_form import admitted_per_step, schedule, steady_state_throughput
 from inferplan.specs.catalog import load_model
@@ -220,3 +222,50 @@ def test_the_bench_exchange_is_tensorrt_llms_gather_under_attention_dp(
     assert closed_form.bench_exchange(replace(dense, parallelism=Parallelism(dp=2))) is None
     monkeypatch.setattr(closed_form, "TRTLLM_MOE_EXCHANGE", False)
     assert closed_form.bench_exchange(_dp_plan(2, 4, 204)) is None
+
+
+def _roofline_time(
+    monkeypatch: pytest.MonkeyPatch, on: bool, python_executor: bool, overlap: float
+) -> float:
+    """The run of ``test_single_wave_time_by_hand`` (2 prefill steps, 9 pure decodes) on
+    Llama-3.1-8B on one H100, with 1 ms of host work a step and ``overlap`` of it hidden."""
+    monkeypatch.setattr(closed_form, "EAGER_STEPS_HIDE_NO_HOST", on)
+    plan = _plan(8, 408)
+    eff = replace(
+        efficiency_for(plan.gpu),
+        step_overhead_s=1e-3,
+        per_seq_overhead_s=0.0,
+        host_overlap=overlap,
+    )
+    step = build_step_model(plan, efficiency=eff)
+    out, _ = steady_state_throughput(plan, step, 100, 10, 8, python_executor=python_executor) or (
+        1.0,
+        0.0,
+    )
+    return 80 / out
+
+
+def test_steps_with_a_prompt_hide_no_host_work_on_the_python_executor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the switch on, each of the 2 steps that carry prompts loses the 0.5 ms of host work
+    the overlap hid (half of 1 ms, the GPU's part being longer); the 9 graph-replayed decodes
+    keep it: 1 ms in all. Off, for the C++ flow, or without an overlap: nothing changes."""
+    base = _roofline_time(monkeypatch, False, True, 0.5)
+    assert _roofline_time(monkeypatch, True, True, 0.5) - base == pytest.approx(1e-3, rel=1e-6)
+    assert _roofline_time(monkeypatch, True, False, 0.5) == base
+    assert _roofline_time(monkeypatch, True, True, 0.0) == _roofline_time(
+        monkeypatch, False, True, 0.0
+    )
+
+
+def test_the_eager_model_leaves_the_runs_model_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(closed_form, "EAGER_STEPS_HIDE_NO_HOST", True)
+    plan = _plan(8, 408)
+    step = build_step_model(plan, efficiency=replace(efficiency_for(plan.gpu), host_overlap=0.3))
+    eager = closed_form.eager_step_model(step)
+    assert eager is not step
+    assert eager.eff.host_overlap == 0.0  # type: ignore[attr-defined]
+    assert step.eff.host_overlap == 0.3  # type: ignore[attr-defined]
+    monkeypatch.setattr(closed_form, "EAGER_STEPS_HIDE_NO_HOST", False)
+    assert closed_form.eager_step_model(step) is step

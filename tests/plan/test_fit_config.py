@@ -82,6 +82,18 @@ def test_overlap_on_one_class_fixes_its_overlap_and_fits_its_grace_host_alone() 
     assert "grace_host" not in FitConfig().release_bounds(PYTORCH)  # off by default
 
 
+def test_grace_host_alone_fits_the_grace_speed_beside_a_fitted_overlap() -> None:
+    """``--grace-host`` (trt1019): the Grace speed fitted for the named classes only, their
+    ``host_overlap`` still fitted (not fixed at 1 as ``--overlap-scheduler`` does)."""
+    config = FitConfig.from_flags(grace_host=(PYTORCH,))
+    mine = config.release_bounds(PYTORCH)
+    assert "host_overlap" in mine and "grace_host" in mine
+    assert config.release_fixed == {}
+    assert "grace_host" not in config.release_bounds("trtllm-cpp")
+    both = FitConfig.from_flags(overlap_scheduler=(PYTORCH,), grace_host=(PYTORCH,))
+    assert both.release_only["grace_host"] == (PYTORCH,)  # named once
+
+
 def test_split_start_gives_each_class_its_rows_and_priors() -> None:
     rows = [r for r in fit_rows() if r.gpu == "b200_hgx"]
     config = FitConfig.from_flags(overlap_scheduler=(PYTORCH,), release_split=True)

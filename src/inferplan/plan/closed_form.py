@@ -22,12 +22,15 @@ docs/validation.md ``grace17``)."""
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import replace
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.batch import StepBatch, chunk_attention_pairs
 from inferplan.perf.moe_comm import trtllm_moe_exchange
 from inferplan.perf.protocol import StepTimeModel
+from inferplan.perf.roofline import RooflineModel
 
 # Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
 # built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
@@ -35,6 +38,11 @@ ATTENTION_DP_RANK_LIMITS = False
 # The attention-DP MoE layers exchange tokens as TensorRT-LLM does (all-gather + reduce-scatter
 # on the bundled parts), not by the generic all-to-all (docs/validation.md, `hopdep16`).
 TRTLLM_MOE_EXCHANGE = True
+# A step that carries a prompt runs eagerly (no CUDA graph), and the executor's thread launches
+# its kernels one by one, so none of the next step's host work hides behind it; only a graph
+# replay frees the host (``eager_step_model``). Built, measured and left off
+# (docs/validation.md, ``trt1019``).
+EAGER_STEPS_HIDE_NO_HOST = False
 
 
 def bench_exchange(plan: MemoryPlan) -> str | None:
@@ -44,6 +52,30 @@ def bench_exchange(plan: MemoryPlan) -> str | None:
     if not TRTLLM_MOE_EXCHANGE or moe is None or par.attention_dp < 2:
         return None
     return trtllm_moe_exchange(moe.num_experts_per_tok, par, plan.gpu)
+
+
+def eager_step_model(step: StepTimeModel) -> StepTimeModel:
+    """The model that times a step with a prompt in it: ``step`` with nothing of the host's
+    work hidden behind the GPU's (``host_overlap`` 0), when ``EAGER_STEPS_HIDE_NO_HOST``.
+
+    TensorRT-LLM's overlap loop (``_torch/pyexecutor/py_executor.py``
+    ``_executor_loop_overlap``) prepares step ``n + 1`` and processes step ``n - 1``'s results
+    while the GPU runs step ``n``. A pure decode replays a captured CUDA graph: one launch, and
+    the host is free at once. A step with a context request cannot replay a graph (the
+    perf-overview runs capture decode batches only), so the executor's thread is the one
+    launching its layers' kernels through PyTorch while the GPU runs them: the host work of the
+    neighbouring steps waits for the launches. On a slower host (Grace, ``perf/overlap.py``
+    ``on_host``) that serial work grows with the share of such steps: the GB200 / B200 pairs of
+    one release, model and lengths measure 0.61-0.85 where most steps carry a prompt and
+    1.04-1.09 where almost none do (docs/validation.md, ``trt1019``). Other models, and
+    ``step`` when off or without an overlap: ``step`` itself."""
+    if not EAGER_STEPS_HIDE_NO_HOST or not isinstance(step, RooflineModel):
+        return step
+    if step.eff.host_overlap == 0.0:
+        return step
+    eager = copy.copy(step)  # shares the caches: none of them holds the overlap
+    eager.eff = replace(step.eff, host_overlap=0.0)
+    return eager
 
 
 def _prefill_batch(num: float, tokens: int, decodes: int, context: int) -> StepBatch:
@@ -121,6 +153,8 @@ def steady_state_throughput(
     isl: int,
     osl: int,
     num_requests: int,
+    *,
+    python_executor: bool = False,
 ) -> tuple[float, float] | None:
     """(output tok/s, request/s) of an offline fixed-length run, or None if nothing fits.
 
@@ -144,7 +178,11 @@ def steady_state_throughput(
     limits for the whole group (``bench/build/tuning.py``: the group's KV memory) and passes them
     unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
     keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
-    the stated limits bound the whole group)."""
+    the stated limits bound the whole group).
+
+    ``python_executor``: the run's executor is the PyTorch backend's Python loop, whose steps
+    with a prompt hide none of the host's work (``eager_step_model``); the C++ flow of the
+    TensorRT engines enqueues a whole step at once."""
     cfg = plan.config
     pp = plan.parallelism.pp
     ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1
@@ -157,6 +195,7 @@ def steady_state_throughput(
     per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
     steps = schedule(batch, max(per_step, 1.0), osl, num_requests)
     mean = isl + osl // 2
+    eager = eager_step_model(step) if python_executor else step
     total_s = 0.0
     for name, (count, prompts, rows) in steps.items():
         if count <= 0:
@@ -165,7 +204,8 @@ def steady_state_throughput(
         context = isl + 1 if name == "ramp" else mean
         if prompts > 0:
             batch_of = _prefill_batch(prompts, isl, round(rows), context)
-        else:
-            batch_of = _decode_batch(max(1, round(rows)), context)  # a step decodes one at least
+            total_s += count * eager.step_time(batch_of).total_s
+            continue
+        batch_of = _decode_batch(max(1, round(rows)), context)  # a step decodes one at least
         total_s += count * step.step_time(batch_of).total_s
     return num_requests * osl / total_s, num_requests / total_s

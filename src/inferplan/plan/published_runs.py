@@ -369,7 +369,12 @@ def predict_run(
     step = run_step_model(first, setup, plan, efficiency)
     isl = first.input_len or 1
     rates = steady_state_throughput(
-        plan, step, isl, first.output_len or 1, first.num_requests or UNSTATED_REQUESTS
+        plan,
+        step,
+        isl,
+        first.output_len or 1,
+        first.num_requests or UNSTATED_REQUESTS,
+        python_executor=engine_release(first) != "trtllm-cpp",
     )
     if rates is None:
         raise InferplanError("one request's KV does not fit in the pool as modelled")

@@ -141,12 +141,15 @@ class FitConfig:
         release_split: bool = False,
         split_keys: tuple[str, ...] = (),
         rank_sync: bool = False,
+        grace_host: tuple[str, ...] = (),
     ) -> FitConfig:
         """``overlap_scheduler``: the release classes whose host work runs behind the GPU's
         (the PyTorch backend's overlap scheduler, which trtllm-bench turns on in 0.19 and which
         is on by default from 0.20 on: step n + 1's host work while the GPU runs step n;
         ``host_overlap`` 1, not fitted) and whose Grace host speed is fitted (``grace_host``;
-        docs/validation.md, ``grace17``)."""
+        docs/validation.md, ``grace17``). ``grace_host``: further classes whose Grace host speed
+        is fitted with ``host_overlap`` still fitted (the host and the GPU summed, less the
+        share that hides; docs/validation.md, ``trt1019``)."""
         bounds = dict(FIT_BOUNDS)
         if per_hop:
             bounds["collective_latency_s"] = PER_HOP_BOUNDS
@@ -155,7 +158,7 @@ class FitConfig:
         return cls(
             family_bounds=bounds,
             release_fixed={r: {"host_overlap": 1.0} for r in overlap_scheduler},
-            release_only={"grace_host": tuple(overlap_scheduler)},
+            release_only={"grace_host": tuple(dict.fromkeys(overlap_scheduler + grace_host))},
             release_split=release_split,
             split_keys=split_keys if release_split else (),
             rank_sync=rank_sync,
