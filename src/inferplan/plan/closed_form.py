@@ -32,8 +32,9 @@ from inferplan.perf.moe_comm import trtllm_moe_exchange
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.perf.roofline import RooflineModel
 
-# Attention-DP ranks each hold max_batch_size and max_num_tokens (steady_state_throughput):
-# built, measured and left off (docs/validation.md, `trtp93`): the rows want the old reading.
+# Attention-DP ranks each hold max_batch_size, max_num_tokens, their own KV pool and share of
+# the requests, timed rank by rank (plan/adp_steps.py): built, measured and left off
+# (docs/validation.md, `trtp93`, `adp19`): the rows want the old reading.
 ATTENTION_DP_RANK_LIMITS = False
 # The attention-DP MoE layers exchange tokens as TensorRT-LLM does (all-gather + reduce-scatter
 # on the bundled parts), not by the generic all-to-all (docs/validation.md, `hopdep16`).
@@ -176,22 +177,26 @@ def steady_state_throughput(
     max_batch_size`` active requests in all (``_torch/pyexecutor/executor_request_queue.py``
     ``_fetch_new_requests``: ``tp_size * max_num_active_requests``); ``trtllm-bench`` sizes both
     limits for the whole group (``bench/build/tuning.py``: the group's KV memory) and passes them
-    unchanged. So ``B`` and the budget are ``r`` times the stated limits, the KV pool (each rank
-    keeps its own sequences') bounding ``B`` as before (with ``ATTENTION_DP_RANK_LIMITS``; off,
-    the stated limits bound the whole group).
+    unchanged. So each rank runs the closed form on its own limits, pool and share of the
+    requests, the ranks in lockstep (``plan/adp_steps.py``, with ``ATTENTION_DP_RANK_LIMITS``;
+    off, the stated limits bound the whole group).
 
     ``python_executor``: the run's executor is the PyTorch backend's Python loop, whose steps
     with a prompt hide none of the host's work (``eager_step_model``); the C++ flow of the
     TensorRT engines enqueues a whole step at once."""
+    if ATTENTION_DP_RANK_LIMITS and plan.parallelism.attention_dp > 1:
+        from inferplan.plan.adp_steps import rank_run_seconds  # it builds on this module
+
+        seconds = rank_run_seconds(plan, step, isl, osl, num_requests)
+        return None if seconds is None else (num_requests * osl / seconds, num_requests / seconds)
     cfg = plan.config
     pp = plan.parallelism.pp
-    ranks = plan.parallelism.attention_dp if ATTENTION_DP_RANK_LIMITS else 1
     blocks_per_request = math.ceil((isl + osl) / cfg.block_size)
-    slots = cfg.max_num_seqs * pp * ranks
+    slots = cfg.max_num_seqs * pp
     batch = min(slots, num_requests, plan.num_blocks // blocks_per_request)
     if batch < 1:
         return None
-    budget = pp * ranks * cfg.max_num_batched_tokens
+    budget = pp * cfg.max_num_batched_tokens
     per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
     steps = schedule(batch, max(per_step, 1.0), osl, num_requests)
     mean = isl + osl // 2
