@@ -47,7 +47,12 @@ also fits ``gemm_half_outputs``, the SM-occupancy ramp of TP-sharded GEMMs
 the main revision and 1.1 on (``trtllm-pytorch-1.1``; ``--split-keys``: only those host costs
 its own, the others the first class's); ``--overlap-scheduler [CLASSES]`` puts
 those classes' host work behind the GPU's (``host_overlap`` 1) and fits their Grace host speed
-(``grace_host``; docs/validation.md, ``grace17`` and ``split18``).
+(``grace_host``; docs/validation.md, ``grace17`` and ``split18``); ``--grace-host`` fits the
+PyTorch classes' Grace host speed with their ``host_overlap`` still fitted (``trt1019``).
+
+``--rank-sync`` fits each release's per-step host work of a multi-GPU replica
+(``rank_step_overhead_s``) and ``--logits-gather`` times the LM head's logits all-gather at
+TP > 1 (``perf/multi_rank.py``, both off by default; docs/validation.md, ``tp19``).
 """
 
 from __future__ import annotations
@@ -386,9 +391,9 @@ def main(argv: list[str]) -> int:
     if isinstance(config, str):
         print(f"error: {config}", file=sys.stderr)
         return 2
-    # NCCL's per-step latency is perf/comm.py's switch (a module flag the simulator reads), the
-    # one global a flag sets (the fit's worker processes take it, ``fitting.config.worker_pool``);
-    # every other flag is in ``config``.
+    # NCCL's per-step latency and the logits all-gather are module switches the simulator reads
+    # (perf/comm.py, perf/multi_rank.py), the globals a flag sets (the fit's worker processes
+    # take them, ``fitting.config.worker_pool``); every other flag is in ``config``.
     if args.per_hop:
         comm.PER_HOP_LATENCY = True
     if args.logits_gather:

@@ -57,15 +57,27 @@ def pool_share(first: PublishedRow) -> float:
     return plan.kv_capacity_tokens / need if need > 0 else float("inf")
 
 
+# The measured metrics each line reads (a run of the user's may lack some).
+NEEDED = ("ttft_median", "ttft_p99", "request_throughput", "tpot_median", "output_throughput")
+
+
 def line(run: list[PublishedRow]) -> str:
+    """The run's line; InferplanError where it lacks a metric the line reads (before it is
+    simulated)."""
     first = run[0]
     measured = {row.metric: row.value for row in run}
+    missing = [metric for metric in NEEDED if metric not in measured]
+    if missing:
+        raise InferplanError(
+            f"no measured {', '.join(missing)} (the line reads {', '.join(NEEDED)})"
+        )
     predicted = published_runs.predict_run(run, None, False)
     num = first.num_requests or published_runs.UNSTATED_REQUESTS
     cells = []
     for metric in ("ttft_median", "ttft_p99"):
         m, p = measured[metric] / 1e3, (predicted[metric] or 0.0) / 1e3
-        cells.append(f"{m:6.2f} {p:6.2f} x{m / p:4.2f} {m - p:+6.2f}")
+        ratio = f"x{m / p:4.2f}" if p > 0 else "  n/a"  # nothing simulated: no ratio
+        cells.append(f"{m:6.2f} {p:6.2f} {ratio} {m - p:+6.2f}")
     length = [num / measured["request_throughput"], num / (predicted["request_throughput"] or 1)]
     errors = [
         f"{((predicted[m] or 0.0) / measured[m] - 1) * 100:+4.0f}"
@@ -80,11 +92,11 @@ def line(run: list[PublishedRow]) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=None, help="a CSV in published.csv's schema")
-    parser.add_argument("--engine", default=None, help="vllm, sglang or tensorrt-llm")
-    args = parser.parse_args()
+    parser.add_argument("--engine", default=None, choices=("vllm", "sglang", "tensorrt-llm"))
+    args = parser.parse_args(argv)
     try:
         rows = read_published(args.data) if args.data else list(bundled_published())
     except InferplanError as err:

@@ -82,3 +82,17 @@ def test_batch_checks_at_the_call() -> None:
     batch.add_many(np.array([0.0] + [0.5] * 9))  # a zero: made at the call, as before
     batch.add_many(np.array([0.25] * 10))  # kept, then made when read
     assert batch.total_weight == 20.0 and batch.min_s == 0.0 and batch.max_s == 0.5
+
+
+@pytest.mark.parametrize("spread", [8, 9, 10, 11, 12])
+def test_the_integer_sum_ends_at_its_spread(spread: int) -> None:
+    """Values from 1 to just below ``2 ** (spread + 1)`` (binary exponents ``spread`` apart,
+    the top mantissa all ones): summed in integers up to ``EXACT_SUM_SPREAD``, past it by
+    ``exact_sum`` (an integer sum there would overflow int64 at the top value)."""
+    top = math.ldexp(1.0, spread + 1) * (1.0 - 2.0**-53)
+    values = np.array([1.0, 1.5, 3.0 + 2.0**-40, 7.25, 2.0**-30 + 1.0, 1.0, 1.25, top])
+    h = ItlHistogram()
+    ((update, bins),) = many_updates([(values, 2.0, 1.0, top)], h.grid)
+    many = h._many(values, 2.0)
+    assert many is not None and update == many[0] and bins.tolist() == many[1].tolist()
+    assert update[3] == math.fsum(values.tolist()) * 2.0

@@ -269,3 +269,19 @@ def test_the_eager_model_leaves_the_runs_model_alone(monkeypatch: pytest.MonkeyP
     assert step.eff.host_overlap == 0.3  # type: ignore[attr-defined]
     monkeypatch.setattr(closed_form, "EAGER_STEPS_HIDE_NO_HOST", False)
     assert closed_form.eager_step_model(step) is step
+
+
+def test_the_eager_model_times_decode_lines_without_the_overlap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The eager copy's decode lines hide no host work, even after the run's model cached its
+    own (overlapped) line for the same batch: the copy keeps no line of the original's."""
+    monkeypatch.setattr(closed_form, "EAGER_STEPS_HIDE_NO_HOST", True)
+    plan = _plan(8, 408)
+    eff = replace(efficiency_for(plan.gpu), step_overhead_s=1e-3, host_overlap=0.5)
+    step = build_step_model(plan, efficiency=eff)
+    overlapped = step.decode_line(8, 4000)
+    eager = closed_form.eager_step_model(step)
+    fresh = build_step_model(plan, efficiency=replace(eff, host_overlap=0.0))
+    assert eager.decode_line(8, 4000) == fresh.decode_line(8, 4000) != overlapped
+    assert step.decode_line(8, 4000) == overlapped

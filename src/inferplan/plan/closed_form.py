@@ -74,8 +74,9 @@ def eager_step_model(step: StepTimeModel) -> StepTimeModel:
         return step
     if step.eff.host_overlap == 0.0:
         return step
-    eager = copy.copy(step)  # shares the caches: none of them holds the overlap
+    eager = copy.copy(step)  # shares the operators' caches (GPU work only)
     eager.eff = replace(step.eff, host_overlap=0.0)
+    eager._lines = {}  # its own decode lines: the run's hide the host work (``_line``)
     return eager
 
 
