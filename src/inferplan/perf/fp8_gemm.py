@@ -31,10 +31,10 @@ from dataclasses import replace
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.efficiency import Efficiency
 
-# Whether served BF16 dense GEMMs are bounded by the engine's FP8 ones. Off until the full
-# cross-validation has run with it on (docs/validation.md ``fp819``: in-sample SGLang latency
-# 17.8 -> 17.4 %, ``trtllm-serve`` latency p90 48.6 -> 50.1 %); False: the family's rate.
-BOUND_BF16_BY_FP8 = False
+# Whether served BF16 dense GEMMs are bounded by the engine's FP8 ones (False: the family's
+# rate). On: cross-validated with it (docs/validation.md, "Session 19's merges cross-validated
+# together": SGLang latency 18.3 -> 17.5 %, `trtllm-serve` latency 11.6 -> 11.9 %).
+BOUND_BF16_BY_FP8 = True
 
 
 def bf16_bound(plan: MemoryPlan, kernel: str, fp8_factor: float) -> float:
