@@ -197,8 +197,7 @@ def _admit_one(
     """The rest of ``implicit_decode_and_admit_step`` where one row was admitted (``stored``:
     its columns as ``append`` stored them, minus the lag): the same values and records as the
     general form, in scalars."""
-    run = r.running
-    rows, lag = run.rows, run.rows.lag
+    lag = r.running.rows.lag
     rid, computed, tokens, generated, target, held, _ = stored
     hit = computed + lag
     if chunk == 1 and hit:  # ``step_shape`` of one chunk, without its lists and call
@@ -208,7 +207,7 @@ def _admit_one(
         duration = r.step_s.seconds(chunk, pairs, hit, 1, n, decode_context)
     r.trace.record(r.now, r.pool.num_blocks - r.pool.free_blocks)
     start = r.now  # the admitted row's last token time (``admit_popped``'s ``now``)
-    r.now = now = start + duration
+    r.now = start + duration
     r.num_steps += 1
     end = hit + chunk
     if end != tokens + lag and emit_admitted(r, n, [chunk], [stored], start, duration):
@@ -217,6 +216,28 @@ def _admit_one(
     if end != tokens + lag or (resumed and not _one_step_gaps(r, n, emitted, start, duration)):
         _general_emit(r, n, [end], duration)
         return
+    _placed(r, n, rid, end, lag, held, target - generated, new_blocks, emitted, duration, resumed)
+
+
+def _placed(
+    r: Replica,
+    n: int,
+    rid: int,
+    end: int,
+    lag: int,
+    held: int,
+    key: int,
+    new_blocks: int,
+    emitted: float | None,
+    duration: float,
+    resumed: bool,
+) -> None:
+    """The rest of a step that admitted one row, ``n``, whose prompt ended in it (``end``
+    tokens computed; ``lag`` the rows' lag before the step, ``key`` its learnt left count):
+    the old rows' token, the row's stored columns, the gaps, its first token and the
+    finishes (``_admit_one`` and ``_admit_head`` share it)."""
+    run = r.running
+    rows, now = run.rows, r.now
     rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
     row_computed = end - lag - 1  # stored: tokens and generated + 1 cancel the lag's + 1
     flat, capacity = run._flat, run._capacity
@@ -224,7 +245,7 @@ def _admit_one(
     if held == -(-end // rows.block):
         rows.held_rows = n + 1
     if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted one
-        rows.learn_row(row_computed, target - generated, held)
+        rows.learn_row(row_computed, key, held)
     if resumed:
         _resumed_gaps(r, n, [rid], duration)
     elif n and emitted is not None and emitted == now - duration:  # ``_old_rows_gaps``' usual
@@ -284,27 +305,9 @@ def _admit_head(r: Replica, n: int, new_blocks: int) -> bool:
     pairs = float(tokens * 0 + tokens * (tokens + 1) / 2)
     duration = r.step_s.seconds(tokens, pairs, 0, 1, n, decode_context)
     r.trace.record(start, pool.num_blocks - pool.free_blocks)
-    r.now = now = start + duration
+    r.now = start + duration
     r.num_steps += 1
-    rows.decode(1, new_blocks, n)  # the old rows' token; they hold ceil(computed / B) blocks
-    row_computed = tokens - lag - 1  # stored: tokens and generated + 1 cancel the lag's + 1
-    flat, capacity = run._flat, run._capacity
-    flat[_COMPUTED * capacity + n] = row_computed
-    if held == -(-tokens // rows.block):
-        rows.held_rows = n + 1
-    if rows.known_rows == n:  # the scalars of the old rows hold: add the admitted one
-        rows.learn_row(row_computed, target + lag, held)  # key: target - (0 - lag)
-    if n and emitted is not None and emitted == now - duration:  # ``_old_rows_gaps``' usual
-        rows.itl_mark(duration)
-        r.itl.add(duration, float(n))
-    else:
-        _old_rows_gaps(r, n, emitted, duration)
-    flat[_ITL_FROM * capacity + n] = rows.itl_length  # ``itl_restart`` of the one row
-    r.records.first_token_s[rid] = now
-    rows.emitted(now)
-    r._decoding = True  # every row has sampled and needs one token
-    if rows.fewest_left() <= 0:
-        r.finish(rows.finished_rows())
+    _placed(r, n, rid, tokens, lag, held, target + lag, new_blocks, emitted, duration, False)
     return True
 
 
