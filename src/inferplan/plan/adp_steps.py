@@ -32,12 +32,7 @@ import math
 
 from inferplan.memory.plan import MemoryPlan
 from inferplan.perf.protocol import StepTimeModel
-from inferplan.plan.closed_form import (
-    _decode_batch,
-    _prefill_batch,
-    admitted_per_step,
-    schedule,
-)
+from inferplan.plan.closed_form import run_seconds
 
 
 def rank_limits(plan: MemoryPlan, isl: int, osl: int, num_requests: int) -> tuple[int, int, int]:
@@ -62,16 +57,4 @@ def rank_run_seconds(
     batch, budget, requests = rank_limits(plan, isl, osl, num_requests)
     if batch < 1:
         return None
-    per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
-    mean = isl + osl // 2
-    total_s = 0.0
-    for name, (count, prompts, rows) in schedule(batch, max(per_step, 1.0), osl, requests).items():
-        if count <= 0:
-            continue
-        context = isl + 1 if name == "ramp" else mean  # as closed_form.steady_state_throughput
-        if prompts > 0:
-            group = _prefill_batch(ranks * prompts, isl, round(ranks * rows), context)
-        else:
-            group = _decode_batch(max(1, round(ranks * rows)), context)
-        total_s += count * step.step_time(group).total_s
-    return total_s
+    return run_seconds(step, batch, budget, isl, osl, requests, ranks=ranks)

@@ -198,10 +198,30 @@ def steady_state_throughput(
     if batch < 1:
         return None
     budget = pp * cfg.max_num_batched_tokens
+    eager = eager_step_model(step) if python_executor else None
+    total_s = run_seconds(step, batch, budget, isl, osl, num_requests, eager=eager)
+    return num_requests * osl / total_s, num_requests / total_s
+
+
+def run_seconds(
+    step: StepTimeModel,
+    batch: int,
+    budget: int,
+    isl: int,
+    osl: int,
+    num_requests: int,
+    *,
+    ranks: int = 1,
+    eager: StepTimeModel | None = None,
+) -> float:
+    """Seconds of ``num_requests`` fixed-length requests run ``batch`` at a time with a
+    ``budget`` of prompt tokens a step (``schedule``), each class of steps timed at its mean:
+    ``ranks`` copies of a step's batch (attention DP's ranks in lockstep, ``plan/adp_steps.py``),
+    the steps with a prompt timed by ``eager`` (``eager_step_model``; ``step`` where none)."""
     per_step = min(batch, admitted_per_step(budget, max(isl, 1), osl, batch))
     steps = schedule(batch, max(per_step, 1.0), osl, num_requests)
     mean = isl + osl // 2
-    eager = eager_step_model(step) if python_executor else step
+    prompt_step = step if eager is None else eager
     total_s = 0.0
     for name, (count, prompts, rows) in steps.items():
         if count <= 0:
@@ -209,9 +229,9 @@ def steady_state_throughput(
         # The decodes of the steps that fill the slots have just begun: ISL + 1 tokens each.
         context = isl + 1 if name == "ramp" else mean
         if prompts > 0:
-            batch_of = _prefill_batch(prompts, isl, round(rows), context)
-            total_s += count * eager.step_time(batch_of).total_s
-            continue
-        batch_of = _decode_batch(max(1, round(rows)), context)  # a step decodes one at least
-        total_s += count * step.step_time(batch_of).total_s
-    return num_requests * osl / total_s, num_requests / total_s
+            batch_of = _prefill_batch(ranks * prompts, isl, round(ranks * rows), context)
+            total_s += count * prompt_step.step_time(batch_of).total_s
+        else:  # a step decodes one at least
+            batch_of = _decode_batch(max(1, round(ranks * rows)), context)
+            total_s += count * step.step_time(batch_of).total_s
+    return total_s

@@ -6,8 +6,7 @@ What an engine release adds to the GPU family's constants (``perf/efficiency.py`
   rows by ``scripts/fit_published.py`` (``data/published_cpu_costs.yaml``); vLLM v1's and
   SGLang's fitted to their served latency rows (``perf/engine_overheads.py``).
 - **Kernel factor** by kernel class (``perf/engine_kernels.py``), vLLM and SGLang only, a
-  BF16 dense run's GEMMs no faster than the engine's FP8 ones where ``perf/fp8_gemm.py``'s
-  bound is on (off as bundled); vLLM's
+  BF16 dense run's GEMMs no faster than the engine's FP8 ones (``perf/fp8_gemm.py``); vLLM's
   BF16 MoE runs are their own class, and without a tuned fused-MoE config for the shape their
   experts run at half the rate (``perf/vllm_moe.py``).
 - **vLLM's attention kernel on Ampere and Ada** (FlashAttention-2): a decode row in a step with a
