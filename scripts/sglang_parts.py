@@ -5,6 +5,7 @@ line) and prints two tables, used by docs/validation.md's ``sgh100`` section (se
 
 - SGLang's latency rows by GPU x workload (ShareGPT, the ``128/4`` bursts, the other ``random``
   shapes): n, median |error| and signed median (predicted / measured - 1);
+- (``sgl20``) SGLang's latency rows by workload x metric: signed median and rows above 15 %;
 - every GPUStack ShareGPT configuration (model, GPU, GPU count) that SGLang and another engine
   both ran: measured TTFT median, TPOT median, ITL mean and output throughput with their
   signed errors, one line per engine.
@@ -85,12 +86,40 @@ def pairs(rows: list[tuple[dict[str, Any], dict[str, str]]]) -> None:
             print(f"{key[0]:28s} {key[1]} x{key[2]} {engine:12s} | " + " | ".join(cells))
 
 
+METRICS = tuple(
+    f"{kind}_{stat}" for kind in ("ttft", "tpot", "itl") for stat in ("mean", "median", "p99")
+)
+
+
+def by_metric(rows: list[tuple[dict[str, Any], dict[str, str]]]) -> None:
+    """SGLang's latency rows by workload x metric: signed median % and rows above 15 % of the
+    group's rows (docs/validation.md ``sgl20``)."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r, src in rows:
+        if r["engine"] == "sglang" and r["family"] == "latency":
+            for kind in (workload(src), "all"):
+                groups[(kind, r["metric"])].append(r["error"])
+    print("\nSGLang latency rows, workload x metric: signed median % (rows > 15 % / rows)")
+    print("workload  | " + " | ".join(METRICS))
+    for kind in ("sharegpt", "128/4", "random", "all"):
+        cells = []
+        for metric in METRICS:
+            errors = groups.get((kind, metric), [])
+            if not errors:
+                cells.append("-")
+                continue
+            above = sum(abs(e) > 0.15 for e in errors)
+            cells.append(f"{statistics.median(errors) * 100:+4.0f} ({above}/{len(errors)})")
+        print(f"{kind:9s} | " + " | ".join(cells))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("validate_json", help="inferplan validate --json output")
     args = parser.parse_args()
     rows = joined(args.validate_json)
     by_part(rows)
+    by_metric(rows)
     pairs(rows)
     return 0
 

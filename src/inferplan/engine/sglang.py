@@ -48,8 +48,15 @@ Emulates SGLang 0.5.4 (github.com/sgl-project/sglang: ``sglang/srt/managers/sche
   the hashes cover them, as session traces' do) and its path is accessed.
 
 The overlap scheduler's effect on step time is in the step model (``plan/served.py``
-``with_overlap_schedule``: the host work hides behind the GPU's). Not emulated: its one-step
-lag in the token stream, ``--enable-mixed-chunk``, and token-granular hits (hashes
+``with_overlap_schedule``: the host work hides behind the GPU's). Its admission lag is built and
+off (``OVERLAP_ADMISSION_LAG``): ``event_loop_overlap`` forms batch k + 1 while batch k runs on
+the GPU (``recv_requests`` and ``get_next_batch_to_run`` come before the previous batch's
+``process_batch_result``), so a request that reaches the scheduler while batch k runs joins
+batch k + 2, not k + 1; with the engine idle the loop takes it at once. On, a round admits only
+the requests queued when the last step was formed (``seen_waiting``), FCFS only. Measured on
+every SGLang run, it does not improve the latency rows (docs/validation.md, ``sgl20``). Not
+emulated: its one-step lag in the token stream (it moves no gap: batch k's tokens go out when
+batch k ends either way), ``--enable-mixed-chunk``, and token-granular hits (hashes
 are per entry). ``--scheduling-policy lpm`` sorts the queue as SGLang's ``lpm`` does before
 each round (``sglang_lpm.py``); SGLang 0.5.4's default, ``fcfs``, is ours. The ratio is kept as
 ``(base, decode steps since base)`` so that a closed-form stretch of ``k`` decode steps and
@@ -95,6 +102,9 @@ def new_token_ratios(conservativeness: float) -> tuple[float, float, float]:
 # The default ``--schedule-conservativeness 1``.
 INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = new_token_ratios(1.0)
 RETRACT_DECODE_STEPS = 20  # global_config.py retract_decode_steps (SGLang 0.5.4)
+# The overlap scheduler's admission lag (module docstring): off, as measured against the
+# published SGLang rows (docs/validation.md ``sgl20``: in-sample latency median 17.5 -> 17.7 %).
+OVERLAP_ADMISSION_LAG = False
 
 
 class SglangScheduler(Scheduler):
@@ -118,6 +128,10 @@ class SglangScheduler(Scheduler):
     batch_is_full = False
     batch_size_seen = 0
     scheduled = False  # ``schedule`` ran since the last ``note_steps`` (else: a stretch)
+    # Queue entries present when the last step was formed and not admitted by it: with
+    # ``OVERLAP_ADMISSION_LAG``, what the next round may admit while the engine is busy (later
+    # arrivals are at the queue's tail, which only arrivals and retractions push to).
+    seen_waiting = 0
 
     # The parameters spelled out: mypyc's compiled ``super().__init__(*args)`` misreads them.
     def __init__(
@@ -187,6 +201,7 @@ class SglangScheduler(Scheduler):
             self.batch_size_seen = len(self.running)  # its steps ran with this batch
         self.scheduled = False
         self.queue_was_empty = not len(self.waiting)
+        self.seen_waiting = len(self.waiting)
         if not prefill_only and not self.retracted:
             self.ratio_steps += num_steps
         self.retracted = False
@@ -302,8 +317,12 @@ class SglangScheduler(Scheduler):
         whole prompt and clipped output for the rest of the round; a cut request ends it."""
         run = self.running
         base = self.available_blocks()  # the running requests' reservation, before any joins
-        reserved = 0
+        reserved, received = 0, self.received()
         while len(self.waiting) and budget > 0:
+            if received is not None:  # the overlap lag: only what the scheduler had received
+                if received <= 0:
+                    break
+                received -= 1
             if len(run) >= self.cfg.max_num_seqs:
                 self.batch_is_full = True  # no running slot left
                 break
@@ -326,6 +345,17 @@ class SglangScheduler(Scheduler):
             budget -= chunk
             if hit + chunk < tokens:
                 break  # the chunked request: one at a time
+
+    def received(self) -> int | None:
+        """How many queue entries this round may admit under the overlap scheduler's lag
+        (``OVERLAP_ADMISSION_LAG``): those queued when the last step was formed, while a batch
+        runs; None (every entry) with the lag off, the engine idle (SGLang's loop takes an
+        arrival at once) or a policy other than FCFS (a sorted queue has no arrival tail).
+        A stretch needs no test of its own: it runs only while the queue head cannot join,
+        and the steps it stops before are the ones where the head could."""
+        if not OVERLAP_ADMISSION_LAG or not len(self.running) or self.waiting.policy != "fcfs":
+            return None
+        return min(self.seen_waiting, len(self.waiting))
 
     def _lock_hit(self, rid: int, tokens: int, hit: int) -> None:
         """Lock the admitted request's radix hit (``inc_lock_ref``) and count it."""
