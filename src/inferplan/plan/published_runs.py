@@ -97,6 +97,21 @@ QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many reque
 # request-count tables list no entry for their lengths (1000/1000 in 1.1/1.2, 1024/2048 in
 # 0.19; ``data/published.md``); every GPUStack row states its "Successful requests".
 UNSTATED_REQUESTS = 1000
+# The tokens vLLM's chat endpoint wraps around a ``vllm bench serve`` prompt before its engine
+# prefills it, which the client's ``prompt_len`` (the published ``input_len_mean``, and the
+# ``total_input_tokens`` of ``total_token_throughput``) does not count: the model's chat template
+# for one user turn with the generation prompt (``serving_chat.py`` ``_preprocess_chat``), or for
+# gpt-oss the ``openai_harmony`` rendering with the system message vLLM always prepends
+# (``harmony_utils.py`` ``get_system_message``: "You are ChatGPT, a large language model trained
+# by OpenAI.", the knowledge cutoff, the date, "Reasoning: medium" and the valid channels),
+# ``<|start|>user<|message|>...<|end|>`` and ``<|start|>assistant``. Counted per model type from
+# the templates' text: ChatML (Qwen3) ``<|im_start|>user\n ... <|im_end|>\n<|im_start|>
+# assistant\n`` 8; GLM-4.5/4.6 ``[gMASK]<sop><|user|>\n ... <|assistant|>`` 5; DeepSeek-R1 the
+# BOS (``prompt_len`` excludes it), ``<｜User｜>`` and ``<｜Assistant｜>`` 3; harmony about 66
+# (o200k words of the system text, estimated, not tokenised here). Built and measured
+# cross-validated, left off (docs/validation.md ``vllm20``): ``TEMPLATE_TOKENS_ON``.
+CHAT_TEMPLATE_TOKENS = {"qwen3": 8, "qwen3_moe": 8, "glm4_moe": 5, "deepseek_v3": 3, "gpt_oss": 66}
+TEMPLATE_TOKENS_ON = False
 
 
 def engine_release(row: PublishedRow) -> str | None:
@@ -219,13 +234,27 @@ def memory_plan(setup: RunSetup) -> MemoryPlan:
     return plan_memory(spec, load_gpu(setup.gpu), setup.par, setup.memory)
 
 
+def template_tokens(row: PublishedRow, on: bool | None = None) -> int:
+    """Prompt tokens vLLM's chat endpoint adds to each of ``row``'s requests that the client
+    does not count (``CHAT_TEMPLATE_TOKENS``); 0 for other engines and endpoints, for model
+    types not listed, and while ``TEMPLATE_TOKENS_ON`` (or ``on``) is False."""
+    if not (TEMPLATE_TOKENS_ON if on is None else on):
+        return 0
+    if row.engine != "vllm" or not row.settings.get("endpoint", "").startswith("openai-chat"):
+        return 0
+    model_type = load_model(bundled_model_name(row.model) or row.model).model_type
+    return CHAT_TEMPLATE_TOKENS.get(model_type, 0)
+
+
 def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    extra = template_tokens(row)
     if row.dataset == "sharegpt":
-        return sharegpt_lengths(num, row.input_len_mean, row.output_len_mean, rng)
+        inputs, outputs = sharegpt_lengths(num, row.input_len_mean, row.output_len_mean, rng)
+        return inputs + extra, outputs
     mean_in = row.input_len_mean or float(row.input_len or 1)
     mean_out = row.output_len_mean or float(row.output_len or 1)
     return (
-        np.full(num, max(1, round(mean_in)), dtype=np.int64),
+        np.full(num, max(1, round(mean_in)) + extra, dtype=np.int64),
         np.full(num, max(1, round(mean_out)), dtype=np.int64),
     )
 
@@ -342,8 +371,12 @@ def _per_sample_shift(times: FrontEndTimes, gaps_per_sample: float) -> FrontEndT
 def metric_values(rows: list[PublishedRow], summary: dict[str, object]) -> dict[str, float | None]:
     """Each row's metric from a run's summary, as published: per GPU where the row is."""
     out = {}
+    extra = template_tokens(rows[0]) if rows else 0
     for row in rows:
         value = _summary_value(summary, row.metric)
+        if value is not None and extra and row.metric == "total_token_throughput":
+            rate = _summary_value(summary, "request_throughput") or 0.0
+            value -= extra * rate  # the client counts its own prompt tokens only
         if value is not None and row.per == "gpu" and row.family == "throughput":
             value /= row.num_gpus
         out[row.metric] = value
