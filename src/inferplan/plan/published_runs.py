@@ -89,6 +89,7 @@ from inferplan.specs.hardware import load_gpu
 from inferplan.specs.model import ModelSpec
 from inferplan.specs.parallel import Parallelism
 from inferplan.workload import synthetic
+from inferplan.workload.prefixes import with_shared_prefix
 from inferplan.workload.request import Workload
 
 DEFAULT_CONTEXT_TOKENS = 8192  # the context a run that states none is planned with
@@ -97,6 +98,31 @@ QUICK_MAX_REQUESTS = 200  # --quick: simulated runs keep at most this many reque
 # request-count tables list no entry for their lengths (1000/1000 in 1.1/1.2, 1024/2048 in
 # 0.19; ``data/published.md``); every GPUStack row states its "Successful requests".
 UNSTATED_REQUESTS = 1000
+# The tokens vLLM's chat endpoint wraps around a ``vllm bench serve`` prompt before its engine
+# prefills it, which the client's ``prompt_len`` (the published ``input_len_mean``, and the
+# ``total_input_tokens`` of ``total_token_throughput``) does not count: the model's chat template
+# for one user turn with the generation prompt (``serving_chat.py`` ``_preprocess_chat``), or for
+# gpt-oss the ``openai_harmony`` rendering with the system message vLLM always prepends
+# (``harmony_utils.py`` ``get_system_message``: "You are ChatGPT, a large language model trained
+# by OpenAI.", the knowledge cutoff, the date, "Reasoning: medium" and the valid channels),
+# ``<|start|>user<|message|>...<|end|>`` and ``<|start|>assistant``. Per model type, (tokens
+# before the user's text, tokens after it), counted from the templates' text: ChatML (Qwen3)
+# ``<|im_start|>user\n`` | ``<|im_end|>\n<|im_start|>assistant\n`` (3, 5); GLM-4.5/4.6
+# ``[gMASK]<sop><|user|>\n`` | ``<|assistant|>`` (4, 1); DeepSeek-R1 the BOS (``prompt_len``
+# excludes it) and ``<｜User｜>`` | ``<｜Assistant｜>`` (2, 1); harmony the system message (58
+# tokens of text in cl100k, o200k's sibling, plus 4 special/role tokens) and
+# ``<|start|>user<|message|>`` | ``<|end|><|start|>assistant`` (63, 3). The leading part is the
+# same in every request, so vLLM's prefix cache (on by default) holds its full 16-token blocks
+# after the first request (``workload/prefixes.py`` ``with_shared_prefix``). Built and measured
+# cross-validated, left off (docs/validation.md ``vllm20``): ``TEMPLATE_TOKENS_ON``.
+CHAT_TEMPLATE_TOKENS = {
+    "qwen3": (3, 5),
+    "qwen3_moe": (3, 5),
+    "glm4_moe": (4, 1),
+    "deepseek_v3": (2, 1),
+    "gpt_oss": (63, 3),
+}
+TEMPLATE_TOKENS_ON = False
 
 
 def engine_release(row: PublishedRow) -> str | None:
@@ -174,7 +200,7 @@ def run_setup(row: PublishedRow) -> RunSetup:
     defaults = engine_defaults(engine, gpu)
     closed_form = row.scenario == "offline" and row.dataset == "fixed" and engine == "trtllm"
     kv = _kv_dtype(row)
-    longest = (row.input_len or 0) + (row.output_len or 0)
+    longest = (row.input_len or 0) + (row.output_len or 0) + template_tokens(row)
     max_len = int(row.settings.get("max_model_len") or row.settings.get("max_seq_len") or 0)
     memory = MemoryConfig(
         quantization=_quantization(row, model),
@@ -219,15 +245,43 @@ def memory_plan(setup: RunSetup) -> MemoryPlan:
     return plan_memory(spec, load_gpu(setup.gpu), setup.par, setup.memory)
 
 
+def template_split(row: PublishedRow, on: bool | None = None) -> tuple[int, int]:
+    """(Tokens before, tokens after the user's text) that vLLM's chat endpoint adds to each of
+    ``row``'s prompts and the client does not count (``CHAT_TEMPLATE_TOKENS``); (0, 0) for
+    other engines and endpoints, for model types not listed, and while ``TEMPLATE_TOKENS_ON``
+    (or ``on``) is False."""
+    if not (TEMPLATE_TOKENS_ON if on is None else on):
+        return 0, 0
+    if row.engine != "vllm" or not row.settings.get("endpoint", "").startswith("openai-chat"):
+        return 0, 0
+    model_type = load_model(bundled_model_name(row.model) or row.model).model_type
+    return CHAT_TEMPLATE_TOKENS.get(model_type, (0, 0))
+
+
+def template_tokens(row: PublishedRow, on: bool | None = None) -> int:
+    """All the prompt tokens ``template_split`` adds to each of ``row``'s requests."""
+    return sum(template_split(row, on))
+
+
 def _lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Each request's (prompt, output) tokens as the client counts them, the chat template's
+    trailing tokens added (its leading ones are the shared prefix, ``run_workload``)."""
+    trailing = template_split(row)[1]
     if row.dataset == "sharegpt":
-        return sharegpt_lengths(num, row.input_len_mean, row.output_len_mean, rng)
-    mean_in = row.input_len_mean or float(row.input_len or 1)
-    mean_out = row.output_len_mean or float(row.output_len or 1)
-    return (
-        np.full(num, max(1, round(mean_in)), dtype=np.int64),
-        np.full(num, max(1, round(mean_out)), dtype=np.int64),
-    )
+        inputs, outputs = sharegpt_lengths(num, row.input_len_mean, row.output_len_mean, rng)
+    else:
+        mean_in = row.input_len_mean or float(row.input_len or 1)
+        mean_out = row.output_len_mean or float(row.output_len or 1)
+        inputs = np.full(num, max(1, round(mean_in)), dtype=np.int64)
+        outputs = np.full(num, max(1, round(mean_out)), dtype=np.int64)
+    if not trailing:
+        return inputs, outputs
+    inputs = inputs + trailing
+    stated = int(row.settings.get("max_model_len") or 0)
+    if stated:  # vLLM cuts max_tokens to what the context leaves (``get_max_tokens``)
+        leading = template_split(row)[0]
+        outputs = np.maximum(1, np.minimum(outputs, stated - leading - inputs))
+    return inputs, outputs
 
 
 def run_workload(row: PublishedRow, quick: bool) -> Workload:
@@ -237,13 +291,14 @@ def run_workload(row: PublishedRow, quick: bool) -> Workload:
     rng = np.random.default_rng(0)
     inputs, outputs = _lengths(row, num, rng)
     arrivals = synthetic.arrival_times_s(num, row.request_rate, 1.0, rng)
-    return Workload(
+    workload = Workload(
         arrival_s=arrivals,
         input_tokens=inputs,
         output_tokens=outputs,
         class_ids=np.zeros(num, dtype=np.int64),
         source="published",
     )
+    return with_shared_prefix(workload, template_split(row)[0])
 
 
 def _summary_value(summary: dict[str, object], metric: str) -> float | None:
@@ -342,8 +397,12 @@ def _per_sample_shift(times: FrontEndTimes, gaps_per_sample: float) -> FrontEndT
 def metric_values(rows: list[PublishedRow], summary: dict[str, object]) -> dict[str, float | None]:
     """Each row's metric from a run's summary, as published: per GPU where the row is."""
     out = {}
+    extra = template_tokens(rows[0]) if rows else 0
     for row in rows:
         value = _summary_value(summary, row.metric)
+        if value is not None and extra and row.metric == "total_token_throughput":
+            rate = _summary_value(summary, "request_throughput") or 0.0
+            value -= extra * rate  # the client counts its own prompt tokens only
         if value is not None and row.per == "gpu" and row.family == "throughput":
             value /= row.num_gpus
         out[row.metric] = value
