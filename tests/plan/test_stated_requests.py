@@ -1,0 +1,82 @@
+"""The request count of a ``trtllm-bench`` row whose table states none (docs/validation.md,
+``trt20``): the count the perf overviews state for the nearest length pair, from the nearest
+release, behind ``NEAREST_STATED_REQUESTS``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from inferplan.plan import published_runs
+from inferplan.plan.published import PublishedRow, bundled_published
+from inferplan.plan.published_runs import predict_run, requests_of, stated_requests
+
+
+def _bench_rows() -> list[PublishedRow]:
+    return [
+        r
+        for r in bundled_published()
+        if r.engine == "tensorrt-llm"
+        and r.settings.get("harness", "").startswith("trtllm-bench")
+        and r.input_len
+        and r.output_len
+    ]
+
+
+def _unstated(case_prefix: str, isl: int, osl: int) -> PublishedRow:
+    rows = [
+        r
+        for r in _bench_rows()
+        if r.case_id.startswith(case_prefix) and (r.input_len, r.output_len) == (isl, osl)
+    ]
+    assert rows and rows[0].num_requests is None
+    return rows[0]
+
+
+def test_every_stated_count_is_its_own_nearest() -> None:
+    """The rule reproduces each of the 700-odd stated counts: the nearest pair of a stated row
+    is its own (distance 0, its own release), so a rule that ranked pairs the other way, or by
+    release before length, would miss some (128/128 is 30,000, 128/2,048 3,000)."""
+    stated = [r for r in _bench_rows() if r.num_requests]
+    assert len(stated) > 600
+    for row in stated:
+        assert stated_requests(row) == row.num_requests, row.case_id
+
+
+def test_unstated_pairs_take_their_neighbours_count() -> None:
+    """1.1's 1000/1000 is stated as 3,000 in 0.17, 0.19 and 1.0; 0.19's 1024/2048 is nearest
+    to 0.19's own 1000/2000 (1,500), not to 1024/1024 (3,000)."""
+    assert stated_requests(_unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)) == 3000
+    assert stated_requests(_unstated("trt019-l8-h100-tp1", 1024, 2048)) == 1500
+    unstated = [r for r in _bench_rows() if not r.num_requests]
+    assert len({r.case_id for r in unstated}) >= 20
+    assert {stated_requests(r) for r in unstated} == {1500, 3000}
+
+
+def test_the_flag_picks_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = _unstated("trt11-qwen3-235b-a22b-h100", 1000, 1000)
+    stated = next(r for r in _bench_rows() if r.num_requests)
+    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
+    assert requests_of(row) == published_runs.UNSTATED_REQUESTS == 1000
+    assert requests_of(stated) == stated.num_requests
+    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", True)
+    assert requests_of(row) == 3000
+    assert requests_of(stated) == stated.num_requests
+    # a row outside the perf overviews keeps the stand-in
+    assert requests_of(replace(row, engine_version="0.14.0")) == 1000
+
+
+def test_the_prediction_runs_the_stated_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the flag the closed form runs 3,000 requests for the unstated row: the prediction
+    is the one of the same row with 3,000 stated, and it differs from 1,000's (the ramp and
+    drain weigh less)."""
+    row = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)
+    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", True)
+    on = predict_run([row], None, False)[row.metric]
+    as_3000 = predict_run([replace(row, num_requests=3000)], None, False)[row.metric]
+    as_1000 = predict_run([replace(row, num_requests=1000)], None, False)[row.metric]
+    assert on == as_3000
+    assert on is not None and as_1000 is not None and abs(on / as_1000 - 1) > 1e-3
+    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
+    assert predict_run([row], None, False)[row.metric] == as_1000
