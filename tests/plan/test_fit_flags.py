@@ -259,7 +259,8 @@ def test_main_refuses_a_linearisation_made_without_rank_sync(
     saved = tmp_path / "lin.pkl"
     made = _served((), {"hopper:gemm_compute": origin.family["hopper"].gemm_compute})
     saved.write_bytes(pickle.dumps(made))
-    args = ["--served", "--served-load", str(saved), "--cv-only"]
+    # --rounds 0: were the file read back, a quick cross-validation, not a whole fit
+    args = ["--served", "--served-load", str(saved), "--cv-only", "--rounds", "0"]
     assert _refused([*args, "--rank-sync"], capsys) == (
         f"--served-load: {saved} was linearised without --rank-sync, unlike this run; save one "
         "with this run's flags (--served-save)"
