@@ -53,6 +53,13 @@ PyTorch classes' Grace host speed with their ``host_overlap`` still fitted (``tr
 ``--rank-sync`` fits each release's per-step host work of a multi-GPU replica
 (``rank_step_overhead_s``) and ``--logits-gather`` times the LM head's logits all-gather at
 TP > 1 (``perf/multi_rank.py``, both off by default; docs/validation.md, ``tp19``).
+
+A flag that a combination would leave without effect is refused with one error line, exit 2
+(``plan/fitting/flags.py``; docs/validation.md, ``debt20``): ``--served``'s own flags without
+it, ``--collectives-only`` beside a flag that fits something else, ``--families`` /
+``--owners`` / ``--cv-owners`` naming no owner of a fit flag's constants, ``--split-keys``
+with a Grace host speed, and a ``--served-load`` file made under other flags or constants (a
+saved linearisation records the flags it was made with).
 """
 
 from __future__ import annotations
@@ -67,7 +74,6 @@ from pathlib import Path
 from inferplan.perf import comm, multi_rank
 from inferplan.plan.fitting.config import (
     COLLECTIVE_KEYS,
-    SHARED_KEYS,
     Constants,
     FitConfig,
     family_of,
@@ -76,6 +82,7 @@ from inferplan.plan.fitting.config import (
     predict,
     served_rows,
     set_family,
+    values_of,
 )
 from inferplan.plan.fitting.crossval import cross_validate, joint_cross_validate
 from inferplan.plan.fitting.descent import (
@@ -84,6 +91,14 @@ from inferplan.plan.fitting.descent import (
     descend,
     fit,
     start_constants,
+)
+from inferplan.plan.fitting.flags import (
+    collectives_only_error,
+    fit_config,
+    linearisation_flags,
+    owners_error,
+    served_load_error,
+    served_only_error,
 )
 from inferplan.plan.fitting.report import costs_yaml, family_yaml, report, served_report
 from inferplan.plan.fitting.served_fit import BALANCES, Served, linearize, predict_served
@@ -163,7 +178,8 @@ def parser() -> argparse.ArgumentParser:
         "--split-keys",
         help="With --release-split: the host costs the 1.1 class fits for itself "
         "(comma-separated, e.g. step_overhead_s,per_seq_overhead_s); the others it takes from "
-        "the 0.19-1.0 class (default: every one its own)",
+        "the 0.19-1.0 class (default: every one its own); with --rank-sync also "
+        "rank_step_overhead_s; not with --overlap-scheduler or --grace-host",
     )
     p.add_argument(
         "--overlap-scheduler",
@@ -218,7 +234,8 @@ def _served_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--served-load",
         help="With --served: read the linearised served rows from --served-save's file "
-        "(made on the same committed constants) instead of simulating them",
+        "instead of simulating them (refused unless made with the same fit flags, on the "
+        "same committed constants)",
     )
     p.add_argument(
         "--owners",
@@ -231,26 +248,6 @@ def _served_flags(p: argparse.ArgumentParser) -> None:
         help="With --served --cv-only: refit per fold only these families' and releases' "
         "constants (comma-separated, e.g. ampere,hopper,trtllm-cpp), from the committed "
         "files, on these families' rows (a quicker check than every constant from the priors)",
-    )
-
-
-def fit_config(args: argparse.Namespace) -> FitConfig | str:
-    """The fit's configuration from its flags, or an error line."""
-    classes: tuple[str, ...] = ()
-    if args.overlap_scheduler:
-        known = FitConfig(release_split=args.release_split).pytorch_classes()
-        named = args.overlap_scheduler.split(",")
-        classes = known if named == ["pytorch"] else tuple(named)
-        if not set(classes) <= set(known):
-            return f"--overlap-scheduler: choose from {', '.join(known)} (or no value: all)"
-    keys = tuple(args.split_keys.split(",")) if args.split_keys else ()
-    if keys and not (args.release_split and set(keys) <= set(SHARED_KEYS)):
-        return f"--split-keys: with --release-split, from {', '.join(SHARED_KEYS)}"
-    grace: tuple[str, ...] = ()
-    if args.grace_host:
-        grace = FitConfig(release_split=args.release_split).pytorch_classes()
-    return FitConfig.from_flags(
-        args.per_hop, args.gemm_shape, classes, args.release_split, keys, args.rank_sync, grace
     )
 
 
@@ -287,17 +284,36 @@ def checked(args: argparse.Namespace, config: FitConfig) -> Run | str:
         return "--served: refits every family (no --families)"
     if args.owners and not args.served:
         return "--owners: needs --served (else --families)"
+    if args.cv_owners and not args.cv_only:
+        return "--cv-owners: needs --served --cv-only"
+    named = (
+        ("--families", args.families),
+        ("--owners", args.owners),
+        ("--cv-owners", args.cv_owners),
+    )
+    for flag, names in named:
+        error = owners_error(flag, set(names.split(",")), config, start) if names else None
+        if error:
+            return error
     return Run(args, config, rows, start, only)
 
 
-def load_served(run: Run) -> Served:
+def load_served(run: Run) -> Served | str:
+    """The served rows linearised (or read back), or the error line that refuses the file."""
     args = run.args
     began = time.monotonic()
+    origin = committed_constants(run.rows, set(), run.config)
+    flags = linearisation_flags(args, run.config)
     if args.served_load:
-        served: Served = pickle.loads(Path(args.served_load).read_bytes())
+        served = read_served(args.served_load)
+        if isinstance(served, str):
+            return served
+        error = served_load_error(args.served_load, served, flags, values_of(origin, run.config))
+        if error:
+            return error
     else:
-        origin = committed_constants(run.rows, set(), run.config)
         served = linearize(served_rows(), origin, run.config, args.jobs)
+        served.flags = flags
     if args.served_save:
         Path(args.served_save).write_bytes(pickle.dumps(served))
     served.weight = args.served_weight
@@ -307,6 +323,17 @@ def load_served(run: Run) -> Served:
         f"{time.monotonic() - began:.0f} s wall",
         flush=True,
     )
+    return served
+
+
+def read_served(path: str) -> Served | str:
+    """``--served-save``'s pickle, or the error line for a file that is not one."""
+    try:
+        served = pickle.loads(Path(path).read_bytes())
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as e:
+        return f"--served-load: {path}: not a --served-save file ({type(e).__name__})"
+    if not isinstance(served, Served):
+        return f"--served-load: {path}: not a --served-save file"
     return served
 
 
@@ -385,12 +412,22 @@ def write_files(
         COSTS_FILE.write_text(costs_yaml(fitted.costs, served is not None))
 
 
+def refused(error: str) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     config = fit_config(args)
     if isinstance(config, str):
-        print(f"error: {config}", file=sys.stderr)
-        return 2
+        return refused(config)
+    error = served_only_error(args) or collectives_only_error(args)
+    if error:
+        return refused(error)
+    run = None if args.collectives_only else checked(args, config)
+    if isinstance(run, str):
+        return refused(run)
     # NCCL's per-step latency and the logits all-gather are module switches the simulator reads
     # (perf/comm.py, perf/multi_rank.py), the globals a flag sets (the fit's worker processes
     # take them, ``fitting.config.worker_pool``); every other flag is in ``config``.
@@ -398,14 +435,13 @@ def main(argv: list[str]) -> int:
         comm.PER_HOP_LATENCY = True
     if args.logits_gather:
         multi_rank.LOGITS_GATHER = True
-    if args.collectives_only:
+    if run is None:
         return collectives_only(config, args.rounds, args.steps)
-    run = checked(args, config)
-    if isinstance(run, str):
-        print(f"error: {run}", file=sys.stderr)
-        return 2
     if args.served:
-        run.served = load_served(run)
+        served = load_served(run)
+        if isinstance(served, str):
+            return refused(served)
+        run.served = served
     if args.cv_only:
         return cross_validated(run)
     in_sample(run)

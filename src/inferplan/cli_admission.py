@@ -27,6 +27,23 @@ DEFAULT_QUANTILE = 0.9
 DEFAULT_QUANTILE_HEADROOM = 0.1  # --admission quantile's shared headroom when not given
 
 
+# Each knob: the flag that reads it, and the values of that flag with which it does.
+_READERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "admission_quantile": ("admission", ("quantile", "token-budget")),
+    "admission_headroom": ("admission", POLICIES),
+    "admission_token_budget": ("admission", ("token-budget",)),
+    "admission_max_tokens": ("admission", ("reserve-max",)),
+    "on_exhaustion": ("admission", POLICIES),
+    "predictor_sigma": ("length_predictor", ("noisy",)),
+    "predictor_bias": ("length_predictor", ("noisy",)),
+}
+
+
+def _flag(name: str) -> str:
+    """A field's command-line flag: ``admission_quantile`` -> ``--admission-quantile``."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class AdmissionFlags:
     admission: str | None
@@ -45,22 +62,10 @@ class AdmissionFlags:
 
     def check(self) -> None:
         """A knob given without what reads it is refused, naming the flag."""
-        policy = self.admission
-        readers = {
-            "admission_quantile": ("quantile", "token-budget"),
-            "admission_headroom": POLICIES,
-            "admission_token_budget": ("token-budget",),
-            "admission_max_tokens": ("reserve-max",),
-            "on_exhaustion": POLICIES,
-        }
-        for name, policies in readers.items():
-            if getattr(self, name) is not None and policy not in policies:
-                flag = "--" + name.replace("_", "-")
-                raise InferplanError(f"{flag}: applies with --admission {'|'.join(policies)}")
-        for name in ("predictor_sigma", "predictor_bias"):
-            if getattr(self, name) is not None and self.length_predictor != "noisy":
-                flag = "--" + name.replace("_", "-")
-                raise InferplanError(f"{flag}: applies with --length-predictor noisy")
+        for name, (reader, values) in _READERS.items():
+            if getattr(self, name) is not None and getattr(self, reader) not in values:
+                reading = f"{_flag(reader)} {'|'.join(values)}"
+                raise InferplanError(f"{_flag(name)}: applies with {reading}")
 
     def config(
         self, scheduling_policy: str, seed: int, disaggregate: bool = False
@@ -69,8 +74,7 @@ class AdmissionFlags:
         if not self.given():
             return None
         if disaggregate:
-            flag = "--" + self.given()[0].replace("_", "-")
-            raise InferplanError(f"{flag}: not emulated with --disaggregate")
+            raise InferplanError(f"{_flag(self.given()[0])}: not emulated with --disaggregate")
         reads_predictor = self.admission in ("quantile", "token-budget") or (
             scheduling_policy == "spf"
         )

@@ -344,7 +344,7 @@ deployment_options = option_group(
         ),
         click.option(
             "--max-model-len",
-            type=bounded(1, MAX_TOKENS, limit="MAX_TOKENS"),
+            type=TOKENS,
             default=None,
             help="Max context length (default: the model's)",
         ),

@@ -98,6 +98,18 @@ def _alone_s(prompt: int, output: int) -> float:
 # ---- routing ---------------------------------------------------------------------------------
 
 
+def _random_workload(seed: int, n: int, span_s: float, max_output: int) -> Workload:
+    """``n`` requests over ``span_s`` seconds, 50-800 prompt tokens, 2 to ``max_output``
+    output tokens, chat or reasoning at random."""
+    rng = np.random.default_rng(seed)
+    return _workload(
+        sorted(rng.uniform(0, span_s, n)),
+        rng.integers(50, 800, n).tolist(),
+        rng.integers(2, max_output, n).tolist(),
+        rng.integers(0, 2, n).tolist(),
+    )
+
+
 def test_requests_go_to_their_class_pool() -> None:
     """reasoning=1 holds replica 0, chat=2 replicas 1 and 2: a reversed map fails here."""
     n = 30
@@ -134,14 +146,7 @@ def test_a_pool_naming_no_class_is_refused() -> None:
 
 def test_one_pool_is_the_shared_pool() -> None:
     """Every replica in one pool routes and times exactly as no pools."""
-    rng = np.random.default_rng(5)
-    n = 60
-    wl = _workload(
-        sorted(rng.uniform(0, 3, n)),
-        rng.integers(50, 800, n).tolist(),
-        rng.integers(2, 400, n).tolist(),
-        rng.integers(0, 2, n).tolist(),
-    )
+    wl = _random_workload(seed=5, n=60, span_s=3, max_output=400)
     for router in ("round_robin", "least_outstanding"):
         cfg = _config(4, seqs=8, blocks=300, router=router)
         plain = Simulation(wl, cfg, MODEL).run().records
@@ -153,14 +158,7 @@ def test_one_pool_is_the_shared_pool() -> None:
 def test_checks_that_never_move_change_no_request() -> None:
     """A rule that never fires only splits fast-mode stretches at the checks: every request's
     times equal the run without pools to float tolerance."""
-    rng = np.random.default_rng(11)
-    n = 50
-    wl = _workload(
-        sorted(rng.uniform(0, 2, n)),
-        rng.integers(50, 800, n).tolist(),
-        rng.integers(2, 300, n).tolist(),
-        rng.integers(0, 2, n).tolist(),
-    )
+    wl = _random_workload(seed=11, n=50, span_s=2, max_output=300)
     cfg = _config(3, seqs=4, blocks=200)
     plain = Simulation(wl, cfg, MODEL).run().records
     never = Repartition("queue", 10**6, interval_s=0.05, cooldown_s=0.0)

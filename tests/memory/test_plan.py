@@ -145,33 +145,40 @@ def test_sharding_errors() -> None:
         plan("Llama-3.1-70B", pp=81)
 
 
-def test_tp_larger_than_kv_heads_must_be_a_multiple() -> None:
-    cfg = {
-        "hidden_size": 1536,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 4,
-        "intermediate_size": 6144,
-        "vocab_size": 1000,
-    }
-    spec = parse_config(cfg, name="t", source="t.json")
-    with pytest.raises(InferplanError, match="-tp 6: must be a multiple of the 4 KV heads"):
-        plan_memory(spec, load_gpu("h100"), Parallelism(tp=6), MemoryConfig())
-
-
-def test_tp_smaller_than_kv_heads_must_divide_them() -> None:
-    cfg = {
-        "hidden_size": 5120,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "intermediate_size": 10240,
-        "vocab_size": 1000,
-    }
-    spec = parse_config(cfg, name="t", source="t.json")
-    with pytest.raises(InferplanError, match="-tp 5"):
-        plan_memory(spec, load_gpu("h100"), Parallelism(tp=5), MemoryConfig())
+@pytest.mark.parametrize(
+    ("shape", "tp", "message"),
+    [
+        pytest.param(  # TP larger than the KV heads must be a multiple of them
+            {
+                "hidden_size": 1536,
+                "num_attention_heads": 12,
+                "num_key_value_heads": 4,
+                "intermediate_size": 6144,
+            },
+            6,
+            "-tp 6: must be a multiple of the 4 KV heads",
+            id="larger_than_kv_heads_must_be_a_multiple",
+        ),
+        pytest.param(  # TP smaller than the KV heads must divide them
+            {
+                "hidden_size": 5120,
+                "num_attention_heads": 40,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "intermediate_size": 10240,
+            },
+            5,
+            "-tp 5",
+            id="smaller_than_kv_heads_must_divide_them",
+        ),
+    ],
+)
+def test_tp_against_the_kv_heads(shape: dict[str, int], tp: int, message: str) -> None:
+    spec = parse_config(
+        {**shape, "num_hidden_layers": 2, "vocab_size": 1000}, name="t", source="t.json"
+    )
+    with pytest.raises(InferplanError, match=message):
+        plan_memory(spec, load_gpu("h100"), Parallelism(tp=tp), MemoryConfig())
 
 
 # --- the budget, by hand ------------------------------------------------------------------

@@ -6,12 +6,15 @@ model whose caches are warm from other shapes returns what a fresh one builds.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inferplan.perf.batch import StepBatch
 from inferplan.perf.roofline import RooflineModel
 
 from .perf_helpers import MODELS, mixed_batch, roofline
@@ -23,6 +26,8 @@ VARIANTS = [
     ("Llama-3.1-70B", {"tp": 2, "pp": 2}),
     ("DeepSeek-V3", {"tp": 8, "dp": 8, "ep": True}),  # attention DP
 ]
+
+Test = TypeVar("Test", bound=Callable[..., None])
 
 chunk = st.tuples(st.integers(1, 9000), st.sampled_from([0, 16, 4096, 100_000]))
 shapes = {
@@ -39,42 +44,45 @@ def _fresh(model: RooflineModel) -> RooflineModel:
     return RooflineModel(model.spec, model.gpu, model.par, model.formats, model.kv, model.eff)
 
 
-@pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**shapes)
+def _each_variant_at_shapes(max_examples: int) -> Callable[[Test], Test]:
+    """The test for every variant, at hypothesis's ``shapes``."""
+
+    def wrap(test: Test) -> Test:
+        health = [HealthCheck.too_slow]
+        timed = settings(max_examples=max_examples, deadline=None, suppress_health_check=health)
+        return pytest.mark.parametrize(("name", "kwargs"), VARIANTS)(
+            timed(given(shape=st.fixed_dictionaries(shapes))(test))
+        )
+
+    return wrap
+
+
+def _batches(shape: dict[str, Any]) -> list[StepBatch]:
+    """One shape's batch at each of its contexts."""
+    chunks, num_decode, drafts = shape["chunks"], shape["num_decode"], shape["drafts"]
+    return [mixed_batch(chunks, num_decode, context, drafts) for context in shape["contexts"]]
+
+
+@_each_variant_at_shapes(max_examples=25)
 def test_attention_pieces_are_the_whole_batchs_operators(
-    name: str,
-    kwargs: dict[str, object],
-    chunks: list[tuple[int, int]],
-    num_decode: int,
-    contexts: list[int],
-    drafts: int,
+    name: str, kwargs: dict[str, object], shape: dict[str, Any]
 ) -> None:
     """At one shape and several contexts: a read window saturates at some, not others."""
     model = roofline(name, "h200", **kwargs)  # shared: its caches are warm from other shapes
     pieces = model.attention_pieces
-    for context in contexts:
-        batch = mixed_batch(chunks, num_decode, context, drafts)
+    for batch in _batches(shape):
         m = model.microbatches(batch)
         for i in range(len(pieces.groups)):
             split = tuple(op for piece in pieces.of(i, batch, m) for op in piece)
             assert split == pieces._build(i, batch, m)
 
 
-@pytest.mark.parametrize(("name", "kwargs"), VARIANTS)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**shapes)
+@_each_variant_at_shapes(max_examples=15)
 def test_a_warm_model_builds_what_a_fresh_one_does(
-    name: str,
-    kwargs: dict[str, object],
-    chunks: list[tuple[int, int]],
-    num_decode: int,
-    contexts: list[int],
-    drafts: int,
+    name: str, kwargs: dict[str, object], shape: dict[str, Any]
 ) -> None:
     model = roofline(name, "h200", **kwargs)
-    for context in contexts:
-        batch = mixed_batch(chunks, num_decode, context, drafts)
+    for batch in _batches(shape):
         assert model._ops(batch) == _fresh(model)._ops(batch)
 
 

@@ -63,6 +63,21 @@ def _collective_s(
     return latency_s(eff, steps) + wire_bytes / (link * eff.collective_bandwidth)
 
 
+def _ring_pass_s(
+    num_bytes: float,
+    ranks: int,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    topology: Topology | None,
+) -> float:
+    """One pass round the ring (an all-gather, a reduce-scatter, a one-tier all-to-all): each
+    rank moves the ``(p-1)/p`` of the ``num_bytes`` buffer it does not hold, in ``p - 1``
+    steps."""
+    if ranks <= 1 or num_bytes <= 0:
+        return 0.0
+    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
+
+
 def allreduce_s(
     num_bytes: float,
     ranks: int,
@@ -91,7 +106,7 @@ def alltoall_s(
         near = (inner - 1) / ranks * num_bytes / topology.link_bytes_s(inner)
         far = (ranks - inner) / ranks * num_bytes / topology.link_bytes_s(ranks)
         return latency_s(eff, ranks - 1) + max(near, far) / eff.collective_bandwidth
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
+    return _ring_pass_s(num_bytes, ranks, gpu, eff, topology)
 
 
 def p2p_s(
@@ -105,9 +120,7 @@ def p2p_s(
     """A send between neighbouring pipeline stages."""
     if num_bytes <= 0:
         return 0.0
-    return latency_s(eff, 1) + num_bytes / (
-        link_bytes_s(gpu, group_size, topology) * eff.collective_bandwidth
-    )
+    return _collective_s(num_bytes, group_size, gpu, eff, topology, 1)
 
 
 def allgather_s(
@@ -119,9 +132,7 @@ def allgather_s(
 ) -> float:
     """One all-gather whose gathered buffer (every rank's part together) is ``num_bytes``:
     each rank receives the ``(p-1)/p`` it does not hold (NCCL's ring all-gather)."""
-    if ranks <= 1 or num_bytes <= 0:
-        return 0.0
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
+    return _ring_pass_s(num_bytes, ranks, gpu, eff, topology)
 
 
 def reducescatter_s(
@@ -133,6 +144,4 @@ def reducescatter_s(
 ) -> float:
     """One reduce-scatter of a ``num_bytes`` buffer that every rank holds in full: each rank
     sends the ``(p-1)/p`` that the others own (half of a ring all-reduce)."""
-    if ranks <= 1 or num_bytes <= 0:
-        return 0.0
-    return _collective_s((ranks - 1) / ranks * num_bytes, ranks, gpu, eff, topology, ranks - 1)
+    return _ring_pass_s(num_bytes, ranks, gpu, eff, topology)

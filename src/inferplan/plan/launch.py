@@ -14,21 +14,88 @@ int4, a W8A8 one for int8, an MXFP4/NVFP4 one for the fp4 formats): the command 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from inferplan.plan.bounds import memory_fraction
 from inferplan.plan.space import ReplicaConfig
 
 _ONLINE_FORMATS = {"bf16": None, "fp16": None, "fp8": "fp8"}
 
 
+@dataclass(frozen=True)
+class _Spelling:
+    """One engine's command and flag names, in the order the command gives them."""
+
+    command: str  # with ``{model}``
+    tp: str
+    pp: str
+    ep: str  # with ``{tp}`` where the flag takes the EP size
+    has_precision_flags: bool  # vLLM's and SGLang's ``_precision_flags``
+    max_num_seqs: str
+    max_num_batched_tokens: str
+    max_model_len: str
+    memory: str  # the memory flag, with ``memory_fraction``'s value
+    fp8_note: str = ""  # where an FP8 checkpoint is needed for --quantization fp8
+
+
+_ENGINES = {
+    "vllm": _Spelling(
+        "vllm serve {model}",
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--enable-expert-parallel",
+        True,
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+    ),
+    "trtllm": _Spelling(
+        "trtllm-serve {model} --backend pytorch",
+        "--tp_size",
+        "--pp_size",
+        "--ep_size {tp}",
+        False,
+        "--max_batch_size",
+        "--max_num_tokens",
+        "--max_seq_len",
+        "--kv_cache_free_gpu_memory_fraction",
+        fp8_note="  # fp8: an FP8 (ModelOpt) checkpoint of the model",
+    ),
+    "sglang": _Spelling(
+        "python -m sglang.launch_server --model-path {model}",
+        "--tp-size",
+        "--pp-size",
+        "--ep-size {tp}",
+        True,
+        "--max-running-requests",
+        "--chunked-prefill-size",
+        "--context-length",
+        "--mem-fraction-static",
+    ),
+}
+
+
 def launch_command(
     model: str, cfg: ReplicaConfig, max_model_len: int, fraction: float | None
 ) -> str:
-    utilization = memory_fraction(cfg, fraction)
-    if cfg.engine == "trtllm":
-        return _trtllm(model, cfg, max_model_len, utilization)
-    if cfg.engine == "sglang":
-        return _sglang(model, cfg, max_model_len, utilization)
-    return _vllm(model, cfg, max_model_len, utilization)
+    """The engine's command (vLLM's for an engine it does not name) for ``cfg``."""
+    names = _ENGINES.get(cfg.engine, _ENGINES["vllm"])
+    parts = [names.command.format(model=model), f"{names.tp} {cfg.tp}", f"{names.pp} {cfg.pp}"]
+    if cfg.ep:
+        parts.append(names.ep.format(tp=cfg.tp))
+    if names.has_precision_flags:
+        parts += _precision_flags(cfg)
+    parts += [
+        f"{names.max_num_seqs} {cfg.max_num_seqs}",
+        f"{names.max_num_batched_tokens} {cfg.max_num_batched_tokens}",
+        f"{names.max_model_len} {max_model_len}",
+        f"{names.memory} {memory_fraction(cfg, fraction)}",
+    ]
+    note = _checkpoint_note(cfg)
+    if not note and cfg.quantization == "fp8":
+        note = names.fp8_note
+    return " ".join(parts) + note
 
 
 def _checkpoint_note(cfg: ReplicaConfig) -> str:
@@ -48,59 +115,3 @@ def _precision_flags(cfg: ReplicaConfig) -> list[str]:
     if cfg.kv_cache_dtype != "auto":
         flags.append(f"--kv-cache-dtype {cfg.kv_cache_dtype}")
     return flags
-
-
-def _vllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
-    parts = [
-        f"vllm serve {model}",
-        f"--tensor-parallel-size {cfg.tp}",
-        f"--pipeline-parallel-size {cfg.pp}",
-    ]
-    if cfg.ep:
-        parts.append("--enable-expert-parallel")
-    parts += _precision_flags(cfg)
-    parts += [
-        f"--max-num-seqs {cfg.max_num_seqs}",
-        f"--max-num-batched-tokens {cfg.max_num_batched_tokens}",
-        f"--max-model-len {max_model_len}",
-        f"--gpu-memory-utilization {utilization}",
-    ]
-    return " ".join(parts) + _checkpoint_note(cfg)
-
-
-def _trtllm(model: str, cfg: ReplicaConfig, max_model_len: int, utilization: float) -> str:
-    parts = [
-        f"trtllm-serve {model} --backend pytorch",
-        f"--tp_size {cfg.tp}",
-        f"--pp_size {cfg.pp}",
-    ]
-    if cfg.ep:
-        parts.append(f"--ep_size {cfg.tp}")
-    parts += [
-        f"--max_batch_size {cfg.max_num_seqs}",
-        f"--max_num_tokens {cfg.max_num_batched_tokens}",
-        f"--max_seq_len {max_model_len}",
-        f"--kv_cache_free_gpu_memory_fraction {utilization}",
-    ]
-    note = _checkpoint_note(cfg)
-    if not note and cfg.quantization == "fp8":
-        note = "  # fp8: an FP8 (ModelOpt) checkpoint of the model"
-    return " ".join(parts) + note
-
-
-def _sglang(model: str, cfg: ReplicaConfig, max_model_len: int, fraction: float) -> str:
-    parts = [
-        f"python -m sglang.launch_server --model-path {model}",
-        f"--tp-size {cfg.tp}",
-        f"--pp-size {cfg.pp}",
-    ]
-    if cfg.ep:
-        parts.append(f"--ep-size {cfg.tp}")
-    parts += _precision_flags(cfg)
-    parts += [
-        f"--max-running-requests {cfg.max_num_seqs}",
-        f"--chunked-prefill-size {cfg.max_num_batched_tokens}",
-        f"--context-length {max_model_len}",
-        f"--mem-fraction-static {fraction}",
-    ]
-    return " ".join(parts) + _checkpoint_note(cfg)

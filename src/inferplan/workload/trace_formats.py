@@ -66,6 +66,20 @@ class TraceFormat:
         return f"{self.name} ({self.kind.upper()}: {','.join(self.required_keys)})"
 
 
+def _plain(kind: TraceKind) -> TraceFormat:
+    """inferplan's plain format: the same columns as a CSV file or as JSON lines."""
+    return TraceFormat(
+        name=kind,
+        kind=kind,
+        arrival_key="arrival_s",
+        input_key="input_tokens",
+        output_key="output_tokens",
+        class_key="class",
+        priority_key="priority",
+        session_key="session_id",
+    )
+
+
 TRACE_FORMATS: dict[str, TraceFormat] = {
     fmt.name: fmt
     for fmt in (
@@ -91,16 +105,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
             output_key="num_decode_tokens",
             extra_keys=("num_total_tokens", "pd_ratio"),
         ),
-        TraceFormat(
-            name="csv",
-            kind="csv",
-            arrival_key="arrival_s",
-            input_key="input_tokens",
-            output_key="output_tokens",
-            class_key="class",
-            priority_key="priority",
-            session_key="session_id",
-        ),
+        _plain("csv"),
         TraceFormat(
             name="mooncake",
             kind="jsonl",
@@ -111,16 +116,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
             prefix_hash_key="hash_ids",
             prefix_block_tokens=512,
         ),
-        TraceFormat(
-            name="jsonl",
-            kind="jsonl",
-            arrival_key="arrival_s",
-            input_key="input_tokens",
-            output_key="output_tokens",
-            class_key="class",
-            priority_key="priority",
-            session_key="session_id",
-        ),
+        _plain("jsonl"),
     )
 }
 

@@ -164,11 +164,16 @@ class FitConfig:
             rank_sync=rank_sync,
         )
 
+    def shared_keys(self) -> tuple[str, ...]:
+        """The host costs both PyTorch classes fit, so the ones ``split_keys`` may name:
+        ``SHARED_KEYS``, and with ``rank_sync`` the multi-GPU replica's per-step cost."""
+        return SHARED_KEYS + (RANK_KEYS if self.rank_sync else ())
+
     def inherited(self) -> tuple[str, ...]:
         """The host costs the 1.1 class takes from the 0.19-1.0 class (``split_keys``)."""
         if not self.split_keys:
             return ()
-        return tuple(k for k in SHARED_KEYS if k not in self.split_keys)
+        return tuple(k for k in self.shared_keys() if k not in self.split_keys)
 
     def block_classes(self, release: str) -> tuple[str, ...]:
         """The classes whose rows a class's constants reach: the 0.19-1.0 class's shared
@@ -278,8 +283,14 @@ def with_variable(c: Constants, name: str, value: float) -> Constants:
     return set_release(owner)(c, key, value)
 
 
-def owner_of(c: Constants, row: PublishedRow, owner: str) -> bool:
-    return family_of(row) == owner or c.release_of(row) == owner
+def reaches(c: Constants, row: PublishedRow, name: str) -> bool:
+    """Whether the constant ``name`` (``owner:key``) moves ``row``'s prediction: its GPU
+    family's or release class's, and a 0.19-1.0 cost the 1.1 class inherits (``split_keys``)."""
+    owner, key = name.split(":")
+    release = c.release_of(row)
+    if family_of(row) == owner or release == owner:
+        return True
+    return owner == PYTORCH and release == PYTORCH_1_1 and key in c.inherit
 
 
 def set_family(family: str) -> Callable[[Constants, str, float], Constants]:

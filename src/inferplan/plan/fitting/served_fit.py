@@ -33,7 +33,7 @@ from inferplan.plan.fitting.config import (
     PYTORCH,
     Constants,
     FitConfig,
-    owner_of,
+    reaches,
     split_class,
     values_of,
     with_variable,
@@ -53,13 +53,16 @@ CLOSED_FORM = "trtllm-bench"
 class Served:
     """The served rows of one fit, linearised (``model``, row ``i`` is ``rows[i]``), counted
     ``weight`` each against a closed-form row, the engines balanced as ``balance`` says
-    (``totals``: each engine's rows in the whole fit, for ``overall``)."""
+    (``totals``: each engine's rows in the whole fit, for ``overall``). ``flags``: the fit's
+    flags it was linearised under (``fitting/flags.py``), so that a saved one is read back only
+    by a fit with the same (None: not recorded, a file saved before they were)."""
 
     rows: list[PublishedRow]
     model: LinearLogModel
     weight: float = 1.0
     balance: str = "row"
     totals: dict[str, int] | None = None
+    flags: tuple[str, ...] | None = None
 
     def block(self, keep: Callable[[PublishedRow], bool]) -> Served | None:
         mask = np.array([keep(r) for r in self.rows], dtype=bool)
@@ -156,17 +159,17 @@ def linearize(
     rows: list[PublishedRow], origin: Constants, config: FitConfig, jobs: int = 1
 ) -> Served:
     """``rows`` simulated at ``origin`` and one step off it in each constant that reaches
-    them (the runs of its GPU family or engine release): the rows predicted at ``origin``,
-    with their slopes."""
+    them (``reaches``: the runs of its GPU family or engine release, and of a class that
+    inherits the cost): the rows predicted at ``origin``, with their slopes."""
     base = [r for r in predict_served(rows, origin) if r.predicted]
     kept = [r.row for r in base]
     values = values_of(origin, config)
     steps = config.slope_steps()
     names = [n for n in values if n.split(":")[1] in steps]
-    names = [n for n in names if any(owner_of(origin, r, n.split(":")[0]) for r in kept)]
+    names = [n for n in names if any(reaches(origin, r, n) for r in kept)]
     tasks = []
     for name in names:
-        mine = [r for r in kept if owner_of(origin, r, name.split(":")[0])]
+        mine = [r for r in kept if reaches(origin, r, name)]
         tasks.append((mine, origin, config, name, config.step(name, values[name])))
     if jobs <= 1:
         columns = [_column(*t) for t in tasks]
