@@ -32,8 +32,8 @@ def cycles_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the calls of ``doomed_cycles`` that ran cycles."""
     taken: list[int] = []
 
-    def counting(replica, next_arrival_s):  # type: ignore[no-untyped-def]
-        ran = doomed_cycles(replica, next_arrival_s)
+    def counting(replica, next_arrival_s, *intake):  # type: ignore[no-untyped-def]
+        ran = doomed_cycles(replica, next_arrival_s, *intake)
         taken.append(int(ran))
         return ran
 

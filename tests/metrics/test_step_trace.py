@@ -175,3 +175,24 @@ def test_pairwise_in_numpy_equals_its_list_form(segments: list[tuple[float, floa
     assert [type(x) for column in merged for x in column] == [
         type(x) for column in reference for x in column
     ]
+
+
+@pytest.mark.parametrize("max_points", [1, 3, 7, 500])
+def test_many_halvings_in_one_batch_are_one_record_each(max_points: int) -> None:
+    """``record_many``'s array path (``_extend_halving``: only the areas merged halving by
+    halving, each merged segment's start, end and peak read from its run of segments at the
+    end) against one ``record`` a pair, to the bit: batches of many halvings each, after a
+    buffer of every parity, with repeated times (zero-length segments) and falling peaks."""
+    rng = np.random.default_rng(20)
+    one, many = StepTrace(10**6, max_points=max_points), StepTrace(10**6, max_points=max_points)
+    now = 0.0
+    for size in [1, 2 * max_points + 1, 3, 40 * max_points + 7, 2 * max_points, 11 * max_points]:
+        steps = rng.random(size) * (rng.random(size) < 0.8)  # some zero-length segments
+        times = now + np.cumsum(steps)
+        blocks = rng.integers(0, 10**5, size).astype(np.int64)
+        now = float(times[-1])
+        for t, b in zip(times.tolist(), blocks.tolist(), strict=True):
+            one.record(t, b)
+        many.record_many(times, blocks)
+        assert attributes(one) == attributes(many)
+    assert one.summary() == many.summary()

@@ -51,9 +51,16 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
+# A doomed pass (``engine/thrash.py``) goes on past the arrivals where ``_advance`` routes them
+# itself (``thrashrun._past_arrival``: the cycle an arrival cuts with the general path's
+# floats, then the next pass's cycles in the same call); False: it ends at the arrival and the
+# loop runs that cycle (``step_then_chunks``), the reference the tests compare with.
+PASS_PAST_ARRIVALS = True
 
 # ``now``: a clock reading or an array of them (``loop_order.reach_of``, ``thrashrun``), so
 # not ``float``, which a compiled (mypyc) function would check.
+
+
 def same_time_s(now: Any) -> Any:
     """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
     Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
@@ -129,6 +136,7 @@ class Simulation:
         self._collects_finishes = False
         self._on_progress: Callable[[int], None] | None = None
         self._intake: Callable[[float], float | None] | None = None
+        self._pass_intake: Callable[[float], float | None] | None = None
 
     def _is_plain(self, replica: Replica) -> bool:
         """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
@@ -365,7 +373,9 @@ class Simulation:
         if not stretches.can_stretch():
             # The usual answer below capacity: the queue head joins, so the step admits it
             # beside the decoders (``joined_admission_step``: ``Replica.step``'s own, at once).
-            if joined_admission_step(replica) or self._doomed_cycles(replica, next_arrival_s):
+            if joined_admission_step(replica) or self._doomed_cycles(
+                replica, next_arrival_s, self._pass_intake
+            ):
                 return
             step_then_chunks(replica, self._intake)  # ``Replica.step``, and chunk steps after
             return
@@ -385,9 +395,15 @@ class Simulation:
         pops_last = cfg.scheduling_policy != "priority" and self.scheduler_kind.pops_last_admitted
         return pops_last and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
 
-    def _doomed_cycles(self, replica: Replica, next_arrival_s: float) -> bool:
+    def _doomed_cycles(
+        self,
+        replica: Replica,
+        next_arrival_s: float,
+        intake: Callable[[float], float | None] | None = None,
+    ) -> bool:
         """Fast mode: a full pool's doomed re-admissions of a long queue head, whole cycles at
-        once (``engine/thrash.py``), up to the replica's next arrival."""
+        once (``engine/thrash.py``), up to the replica's next arrival (given ``intake``,
+        ``_pass_arrivals``: on past it, routing it as the loop does)."""
         if self.cfg.max_concurrency is not None and len(self.replicas) > 1:
             return False  # another replica's finish may release a held request
         waiting = replica.waiting
@@ -397,7 +413,18 @@ class Simulation:
             return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
-        return doomed_cycles(replica, next_arrival_s)
+        if intake is None:
+            return doomed_cycles(replica, next_arrival_s)
+        return doomed_cycles(replica, next_arrival_s, intake)
+
+    def _pass_arrivals(self, now: float) -> float | None:
+        """For a doomed pass at ``now`` (``thrashrun._past_arrival``; set by ``run`` where
+        ``_advance`` collects and routes by itself): ``_advance``'s arrivals when one is due
+        then, and the next one's time, as ``_advance`` passes it on; None if none is due."""
+        next_arrival_s = self._next_arrival_s()
+        if not next_arrival_s <= now + 1e-9 * (now + 1.0):  # ``same_time_s``
+            return None
+        return self._arrive_due(next_arrival_s, now)
 
     def _step_or_wait(self, replica: Replica, next_arrival_s: float) -> None:
         """One step; with KV tiers, a replica that ran nothing waits for its next transfer
@@ -436,6 +463,7 @@ class Simulation:
         self._on_progress = on_progress
         fused = self._fuse_advances and self._collects_finishes
         self._intake = self._chain_arrivals if fused else None
+        self._pass_intake = self._pass_arrivals if fused and PASS_PAST_ARRIVALS else None
         while True:
             arrival = self._next_arrival_s()
             replica = self._earliest_busy()

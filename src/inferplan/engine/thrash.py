@@ -31,6 +31,7 @@ roofline step-time model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,10 +49,15 @@ if TYPE_CHECKING:
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
 
 
-def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
+def doomed_cycles(
+    replica: Replica,
+    next_arrival_s: float,
+    intake: Callable[[float], float | None] | None = None,
+) -> bool:
     """Run the doomed-head cycles the replica is in, each whole, all of them starting before
     the next arrival is seen (a step starting within ``same_time_s`` of it sees it) and ending
-    before any decoder finishes. False, having done nothing, if not one cycle can run."""
+    before any decoder finishes; given the loop's ``intake``, on past the arrivals, routing
+    them (``thrashrun._past_arrival``). False, having done nothing, if not one cycle can run."""
     if replica.doomed_mark == _state_key(replica, next_arrival_s):
         return False  # a pass ended here: the cycle that ended it cannot run now either
     if not _applies(replica):
@@ -59,7 +65,10 @@ def doomed_cycles(replica: Replica, next_arrival_s: float) -> bool:
     from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
 
     cycles = _Cycles(replica)
-    take_cycles(cycles, next_arrival_s, same_time_s)
+    if intake is None:
+        take_cycles(cycles, next_arrival_s, same_time_s)
+    else:  # on past the arrivals: the pass ends at a later bound
+        next_arrival_s = take_cycles(cycles, next_arrival_s, same_time_s, intake)
     if cycles.num_steps:
         cycles.commit()
     # Where this pass ended (``Replica.doomed_mark``). A pass ends where its next cycle is not
@@ -152,6 +161,11 @@ class _Cycles:
         self.now, self.num_steps = r.now, 0
         # Every step's time, in order, as the runs and cycles gave them (``all_durations``).
         self.durations: list[np.ndarray] = []
+        # Past an arrival (``thrashrun._past_arrival``): the entries of ``durations`` that are
+        # a cycle the general path would have run (one ITL sample a step), and those where
+        # another pass would have begun (a batch of its own).
+        self.ones: list[int] = []
+        self.breaks: list[int] = []
         self.num_cycles, self.recomputed = 0, 0
         # The step-time line of the head's chunk ``j`` beside the decoders, with the context
         # it was made at: kept across calls for this model, ``n`` and chunk (``_step_s``).
@@ -232,7 +246,7 @@ class _Cycles:
         ids = run.ids
         durations = self.all_durations()
         rec.max_itl_s[ids] = np.fmax(rec.max_itl_s[ids], _max(durations))
-        r.itl.add_many(durations, float(self.n))  # every decoder, every step
+        self._add_itl(durations)
         self._commit_head()
 
     def _commit_implicit(self) -> None:
@@ -248,8 +262,29 @@ class _Cycles:
         rows.emitted(self.now)
         durations = self.all_durations()
         rows.itl_mark(float(_max(durations)))
-        r.itl.add_many(durations, float(self.n))  # every decoder, every step
+        self._add_itl(durations)
         self._commit_head()
+
+    def _add_itl(self, durations: np.ndarray) -> None:
+        """Every decoder's sample of every step: one ``add_many`` of the pass's steps; past an
+        arrival, the batches each pass would have added, and between them the general path's
+        cycle, one ``add`` a step (the same updates in the same order)."""
+        itl, n = self.r.itl, float(self.n)
+        if not (self.ones or self.breaks):
+            itl.add_many(durations, n)  # every decoder, every step
+            return
+        batch: list[np.ndarray] = []
+        for i, part in enumerate(self.durations):
+            if batch and (i in self.ones or i in self.breaks):
+                itl.add_many(np.concatenate(batch) if len(batch) > 1 else batch[0], n)
+                batch = []
+            if i in self.ones:
+                for duration in part.tolist():
+                    itl.add(duration, n)
+            else:
+                batch.append(part)
+        if batch:
+            itl.add_many(np.concatenate(batch) if len(batch) > 1 else batch[0], n)
 
     def _commit_head(self) -> None:
         """Both commits' end: the head's preemption counts, the clock and the steps."""

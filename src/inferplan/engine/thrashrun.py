@@ -89,9 +89,16 @@ class _Crossings:
         return q * self.block + bisect_right(self.prefix, rem, 0, self.block) - 1
 
 
-def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], Any]) -> None:
+def take_cycles(
+    c: _Cycles,
+    next_arrival_s: float,
+    same_time_s: Callable[[Any], Any],
+    intake: Callable[[float], float | None] | None = None,
+) -> float:
     """Take every cycle ``next_cycle`` would take one at a time from the cycles' state, up to
-    the first that is not one or does not start before the arrival is seen."""
+    the first that is not one or does not start before the arrival is seen; given the loop's
+    ``intake`` (``Simulation._pass_arrivals``), on past the arrivals (``_past_arrival``). The
+    arrival bound the pass ended with."""
     crossings = _Crossings(c.by_offset, c.block, c.n)
     held_init = c.held - crossings.upto(c.num_steps)  # the decoders' blocks before step 0
     pending: list[_Segment] = []
@@ -112,6 +119,13 @@ def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], 
             pending, pending_steps = [], 0
             segment.k = _cycles_in_time(c, segment, next_arrival_s, same_time_s)
             if segment.k == 0:
+                if intake is not None:
+                    past = _past_arrival(
+                        c, plan, next_arrival_s, same_time_s, intake, crossings, held_init
+                    )
+                    if past is not None:
+                        next_arrival_s, now_hi = past, c.now
+                        continue
                 break
             end_hi = c.now + segment.k * length * step_hi
         if c.num_cycles == 0 and math.isnan(c.r.records.first_scheduled_s[c.head]):
@@ -125,8 +139,80 @@ def take_cycles(c: _Cycles, next_arrival_s: float, same_time_s: Callable[[Any], 
         c.num_cycles += segment.k
         c.recomputed += segment.k * (length - 1) * c.chunk
         if segment.k < planned:
+            if intake is not None:  # the cycles up to the cut, written: the clock there
+                _write(c, pending, held_init, crossings)
+                pending, pending_steps = [], 0
+                past = _past_arrival(
+                    c, plan, next_arrival_s, same_time_s, intake, crossings, held_init
+                )
+                if past is not None:
+                    next_arrival_s, now_hi = past, c.now
+                    continue
             break  # the next cycle starts too late for the arrival
     _write(c, pending, held_init, crossings)
+    return next_arrival_s
+
+
+def _past_arrival(
+    c: _Cycles,
+    plan: list[int],
+    next_arrival_s: float,
+    same_time_s: Callable[[Any], Any],
+    intake: Callable[[float], float | None],
+    crossings: _Crossings,
+    held_init: int,
+) -> float | None:
+    """At a cycle boundary the arrival cut (every pending step written: ``c.now`` exact), what
+    the loop does next, in the pass: where the arrival is due now, it routes it (``intake``)
+    and a new pass begins here; else the next cycle, ``plan``, runs on the general path (a
+    partial run, ``step_then_chunks``), routing the arrivals that come due between its steps,
+    and a new pass begins after it. An arrival queues behind the head (FCFS) and the budget is
+    the head's chunk and the decoders', so the cycle is ``plan``'s whatever it routes; only its
+    floats are the general path's: each step timed by ``Replica.step_s`` of its shape (the
+    admission step's, ``chunk_step``'s, ``preempt_step``'s), one ITL sample of weight ``n`` a
+    step, and a new ``add_many`` batch where each pass would have begun (``_Cycles.ones`` and
+    ``breaks``). The arrival bound after, or None, having done nothing, where a step's gap is
+    not one step long in floats (the general path then writes columns: left to it)."""
+    start = c.now
+    if next_arrival_s <= start + same_time_s(start):  # due at this boundary
+        bound = intake(start)
+        if bound is not None:  # (None: the loop's test disagrees: the pass ends here)
+            c.breaks.append(len(c.durations))
+        return bound
+    n, chunk, seconds = c.n, c.chunk, c.r.step_s.seconds
+    m, s = len(plan) - 1, c.num_steps
+    pairs = chunk * (chunk + 1) / 2  # ``step_shape`` of one chunk at ``o``: ``q * o`` more
+    durations, times = [], [start]
+    now = start
+    for i in range(m + 1):
+        context = c.context + n * (s + i)
+        if i < m:
+            o = i * chunk
+            duration = seconds(chunk, float(chunk * o + pairs), o, 1, n, context)
+        else:
+            duration = seconds(0, 0.0, 0, 0, n, context)
+        end = now + duration
+        if now != end - duration:
+            return None  # the column form's gaps (``chunk_step``'s test)
+        durations.append(duration)
+        now = end
+        times.append(now)
+    if c.num_cycles == 0 and math.isnan(c.r.records.first_scheduled_s[c.head]):
+        c.r.records.first_scheduled_s[c.head] = start
+    segment = _Segment(s, 1, plan, [], [])
+    segment.durations = np.array(durations)
+    c.ones.append(len(c.durations))
+    _write(c, [segment], held_init, crossings)
+    c.num_steps += m + 1
+    c.held = held_init + crossings.upto(c.num_steps)
+    c.num_cycles += 1
+    c.recomputed += m * chunk
+    bound = None
+    for at in times[1:]:  # between its steps (``step_then_chunks``), then after it
+        routed = intake(at)
+        if routed is not None:
+            bound = routed
+    return next_arrival_s if bound is None else bound
 
 
 def _segment(

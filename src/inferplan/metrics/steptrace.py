@@ -144,26 +144,35 @@ class StepTrace:
         self, starts: np.ndarray, ends: np.ndarray, areas: np.ndarray, peaks: np.ndarray
     ) -> None:
         """``_extend`` of many segments with the buffer kept in arrays between its halvings:
-        each halving merges the same pairs with the same one addition (``_pairwise``)."""
+        each halving merges the same pairs with the same one addition (``_pairwise``). Only
+        the areas are merged halving by halving (a sum's floats depend on its pairs); each
+        merged segment is a run of the buffer's and the new segments, whose first is tracked
+        (``first``), so its start, end and peak are read once at the end: the run's first
+        start and last end (``_pairwise``'s picks) and its peak (a maximum of integers, the
+        same in any grouping)."""
         full = 2 * self.max_points
-        start = np.asarray(self._seg_start_s, dtype=np.float64)
-        stop = np.asarray(self._seg_end_s, dtype=np.float64)
+        num_old = len(self._seg_start_s)
+        start = np.concatenate((np.asarray(self._seg_start_s, dtype=np.float64), starts))
+        stop = np.concatenate((np.asarray(self._seg_end_s, dtype=np.float64), ends))
+        peak = np.concatenate((np.asarray(self._seg_peak_blocks, dtype=np.int64), peaks))
         area = np.asarray(self._seg_area_block_s, dtype=np.float64)
-        peak = np.asarray(self._seg_peak_blocks, dtype=np.int64)
-        done = 0
-        while done < len(starts):
-            end = done + full - len(start)
-            start = np.concatenate((start, starts[done:end]))
-            stop = np.concatenate((stop, ends[done:end]))
+        index = np.arange(len(start))  # each buffer entry's first segment in ``start``
+        first = index[:num_old]
+        done, total = 0, len(starts)
+        while done < total:
+            end = done + full - len(area)
             area = np.concatenate((area, areas[done:end]))
-            peak = np.concatenate((peak, peaks[done:end]))
+            first = np.concatenate((first, index[num_old + done : num_old + end]))
             done = end
-            if len(start) >= full:  # ``_pairwise`` of an even count
-                start, stop = start[0::2], stop[1::2]
+            if len(area) >= full:  # ``_pairwise`` of an even count
                 area = area[0::2] + area[1::2]
-                peak = np.maximum(peak[0::2], peak[1::2])
-        self._seg_start_s, self._seg_end_s = start.tolist(), stop.tolist()
-        self._seg_area_block_s, self._seg_peak_blocks = area.tolist(), peak.tolist()
+                first = first[0::2]
+        last = np.empty_like(first)  # each entry's last segment: before the next one's first
+        last[:-1] = first[1:] - 1
+        last[-1] = len(start) - 1
+        self._seg_start_s, self._seg_end_s = start[first].tolist(), stop[last].tolist()
+        self._seg_area_block_s = area.tolist()
+        self._seg_peak_blocks = np.maximum.reduceat(peak, first).tolist()
 
     def _halve(self) -> None:
         merged = _pairwise(
