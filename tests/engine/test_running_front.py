@@ -179,3 +179,19 @@ def test_a_copy_views_its_own_buffers() -> None:
     twin._flat[0] = 7  # row 0's id
     assert twin.ids.tolist() == [7, 2]
     assert run.ids.tolist() == [1, 2]
+
+
+def test_a_full_buffer_with_a_short_front_doubles_once() -> None:
+    """Where the freed front cannot hold the rows, the buffers double (not made again at the
+    same capacity on every append: a row dropped from the front then one appended, over and
+    over, is a FIFO running set's steady state)."""
+    run = RunningSet(capacity=4, block_size=BLOCK, max_itl_s=np.full(64, np.nan))
+    for rid in range(4):
+        run.append(rid, 0, 5, 0, 9, 2, 0.0)
+    bases = set()
+    for rid in range(4, 40):
+        run.drop_row(0)
+        run.append(rid, 0, 5, 0, 9, 2, 0.0)
+        bases.add(id(run._base))
+    assert run._capacity == 8 and len(bases) == 1  # doubled once, then moved back in place
+    assert run.ids.tolist() == [36, 37, 38, 39]

@@ -151,7 +151,9 @@ class RunningSet:
     def _grow(self, size: int, rows: int) -> None:
         """Room for ``rows`` rows after the ``size`` live ones: the live rows moved back to
         column 0 where the front freed by ``drop_row`` holds them all (so a move is paid by at
-        least ``size`` rows appended since the last), else buffers doubled until they fit."""
+        least ``size`` rows appended since the last), else buffers doubled (at least once, as
+        before there was a front: the same capacities where no row left from it) until they
+        fit."""
         start = self._start
         if start >= size and size + rows <= self._capacity:
             if size:
@@ -159,7 +161,7 @@ class RunningSet:
                 self._time_base[:size] = self._time_base[start : start + size]
             self._set_start(0)
             return
-        capacity = self._capacity
+        capacity = 2 * self._capacity  # doubled at least once: the end was reached
         while size + rows > capacity:
             capacity *= 2
         ints = np.zeros((len(_INT_COLUMNS), capacity), dtype=np.int64)
