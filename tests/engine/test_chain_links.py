@@ -63,17 +63,10 @@ def _state(r: Replica) -> list[object]:
 
 
 def _twin(r: Replica) -> Replica:
-    """A deep copy of ``r`` (the model shared: read-only here). ``RunningSet._flat``, a
-    memoryview of ``_ints``, cannot be copied: it is made again for the copy's own array."""
-    run = r.running
-    flat = run._flat
-    del run._flat
-    try:
-        twin = copy.deepcopy(r, {id(r.model): r.model})
-    finally:
-        run._flat = flat
-    twin.running._flat = twin.running._ints.reshape(-1).data
-    return twin
+    """A deep copy of ``r`` (the model shared: read-only here). ``RunningSet``'s views of its
+    buffers (``_flat``, a memoryview, cannot be copied) are made again for the copy's own
+    buffers by its ``__setstate__``."""
+    return copy.deepcopy(r, {id(r.model): r.model})
 
 
 def _same(a: list[object], b: list[object]) -> bool:

@@ -6,7 +6,11 @@ Here each column is a numpy array in that same order, so a step's bookkeeping is
 computed before the next sample), ``num_generated``, ``target`` (output tokens asked for),
 ``held_blocks`` and ``last_token_s``. Columns live in buffers that grow by doubling, so admitting
 a request costs O(1); the int columns are the rows of one 2-D buffer, so moving rows (a finish, a
-preemption) is one numpy call, not one per column.
+preemption) is one numpy call, not one per column. The live rows start at a column ``_start`` of
+the buffers (``_ints``, ``_times`` and ``_flat`` view them from there): the first row leaves by
+moving ``_start`` on, without shifting the others (FIFO: the oldest row is often the one that
+finishes, e.g. 80 % of Vidur's trace regime's finishes); the freed front is reused by moving
+the rows back to column 0 when the buffers' end is reached (``_grow``).
 
 Decode rows are implicit between events (``engine/implicit.py``, issue 10): a stretch of ``k``
 decode steps raises a counter instead of the columns, and the block-crossing histogram, the total
@@ -76,8 +80,12 @@ class RunningSet:
     _size: int
     _ints: npt.NDArray[np.int64]  # (column, row): the int columns, in ``_INT_COLUMNS`` order
     _times: FloatArray
-    _capacity: int  # rows the buffers hold
+    _capacity: int  # the buffers' row stride (``_base``'s columns; rows from ``_start`` on)
     _flat: memoryview  # ``_ints`` flat: column ``c``, row ``r`` at ``c * _capacity + r``
+    _base: npt.NDArray[np.int64]  # the whole int buffer; ``_ints`` is ``_base[:, _start:]``
+    _time_base: FloatArray  # the whole token time buffer; ``_times`` is its ``[_start:]``
+    _base_flat: memoryview  # ``_base`` flat; ``_flat`` is its ``[_start:]``
+    _start: int  # the buffers' column of row 0
 
     def __init__(
         self, capacity: int = 64, block_size: int = 0, max_itl_s: FloatArray | None = None
@@ -123,22 +131,57 @@ class RunningSet:
         self._ints[4, : self._size] = value
 
     def _set_buffers(self, ints: np.ndarray, times: np.ndarray) -> None:
-        """Adopt new buffers (and their rows, each a column's 1-D buffer). ``_flat`` views
-        ``_ints``' memory as a flat buffer (``_ints[c, row]`` is ``_flat[c * _capacity +
-        row]``): a value read or written through it is a Python int, without a numpy scalar
-        or index (``append``, ``stored_row``; the same values)."""
-        self._ints, self._times = ints, times
+        """Adopt new buffers, row 0 at their column 0 (and their rows, each a column's 1-D
+        buffer). ``_flat`` views ``_ints``' memory as a flat buffer (``_ints[c, row]`` is
+        ``_flat[c * _capacity + row]``): a value read or written through it is a Python int,
+        without a numpy scalar or index (``append``, ``stored_row``; the same values)."""
+        self._base, self._time_base = ints, times
         self._capacity = ints.shape[1]
-        self._flat = ints.reshape(-1).data
+        self._base_flat = ints.reshape(-1).data
+        self._set_start(0)
 
-    def _double(self, size: int) -> None:
-        """Buffers of twice the capacity, the first ``size`` rows copied into them."""
-        capacity = len(self._times)
-        ints = np.zeros((len(_INT_COLUMNS), 2 * capacity), dtype=np.int64)
+    def _set_start(self, start: int) -> None:
+        """Row 0 at the buffers' column ``start``: the views from there (``_flat[c *
+        _capacity + row]`` is ``_base[c, start + row]``: the stride stays the buffer's)."""
+        self._start = start
+        self._ints = self._base[:, start:]
+        self._times = self._time_base[start:]
+        self._flat = self._base_flat[start:]
+
+    def _grow(self, size: int, rows: int) -> None:
+        """Room for ``rows`` rows after the ``size`` live ones: the live rows moved back to
+        column 0 where the front freed by ``drop_row`` holds them all (so a move is paid by at
+        least ``size`` rows appended since the last), else buffers doubled (at least once, as
+        before there was a front: the same capacities where no row left from it) until they
+        fit."""
+        start = self._start
+        if start >= size and size + rows <= self._capacity:
+            if size:
+                self._base[:, :size] = self._base[:, start : start + size]
+                self._time_base[:size] = self._time_base[start : start + size]
+            self._set_start(0)
+            return
+        capacity = 2 * self._capacity  # doubled at least once: the end was reached
+        while size + rows > capacity:
+            capacity *= 2
+        ints = np.zeros((len(_INT_COLUMNS), capacity), dtype=np.int64)
         ints[:, :size] = self._ints[:, :size]
-        times = np.zeros(2 * capacity, dtype=np.float64)
+        times = np.zeros(capacity, dtype=np.float64)
         times[:size] = self._times[:size]
         self._set_buffers(ints, times)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy's state without the views (a memoryview cannot be copied): made again for
+        the copy's own buffers by ``__setstate__``."""
+        state = dict(self.__dict__)
+        for name in ("_ints", "_times", "_flat", "_base_flat"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._base_flat = self._base.reshape(-1).data
+        self._set_start(self._start)
 
     def __len__(self) -> int:
         return self._size
@@ -155,7 +198,7 @@ class RunningSet:
     ) -> None:
         row = self._size
         if row == len(self._times):
-            self._double(row)
+            self._grow(row, 1)
         rows = self.rows
         lag = rows.lag  # stored decode columns lag the pending decode steps
         stored = (
@@ -186,8 +229,8 @@ class RunningSet:
         last token time: (id, num_tokens, num_generated, target, held_blocks) each (a waiting
         pass's admissions, ``engine/plain_admission.py``): the same buffers and ``appended``."""
         row = size = self._size
-        while size + len(new) > len(self._times):  # doubling, as ``append`` grows them
-            self._double(size)
+        if size + len(new) > len(self._times):
+            self._grow(size, len(new))
         rows, appended = self.rows, self.appended
         lag, itl_from = rows.lag, rows.itl_length  # stored decode columns lag the decode steps
         flat, capacity = self._flat, self._capacity
@@ -243,12 +286,19 @@ class RunningSet:
 
     def drop_row(self, row: int, stored: list[int] | None = None) -> None:
         """Drop one row, shifting the rows after it down (the implicit state follows;
-        ``stored``: its int columns as Python ints, where the caller read them)."""
+        ``stored``: its int columns as Python ints, where the caller read them); the first
+        row by moving row 0 on (``_start``), the others unmoved."""
         size, rows = self._size, self.rows
         # Token times all pending (every row emitted at ``rows.time_s``): nothing to shift.
         times_pending = rows.time_rows >= size
         rows.leave(row, stored)
-        if row < size - 1:
+        if row == 0 and size > 1:
+            start = self._start + 1
+            self._start = start
+            self._ints = self._base[:, start:]
+            self._times = self._time_base[start:]
+            self._flat = self._base_flat[start:]
+        elif row < size - 1:
             self._ints[:, row : size - 1] = self._ints[:, row + 1 : size]
             if not times_pending:
                 self._times[row : size - 1] = self._times[row + 1 : size]
