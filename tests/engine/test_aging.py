@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.aging import AgingQueue
+from inferplan.engine.loop_order import same_time_s
 from inferplan.engine.replica import SchedulerConfig
-from inferplan.engine.simulator import Simulation, SimulationConfig, same_time_s
+from inferplan.engine.simulator import Simulation, SimulationConfig
 from inferplan.workload import Workload
 from inferplan.workload.predict import PredictorSpec
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from inferplan.engine import apart
 from inferplan.engine import loop_order as loop_order_module
 from inferplan.engine.apart import run_apart, runs_apart, try_apart
-from inferplan.engine.loop_order import AdvanceLog, loop_order
-from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
+from inferplan.engine.loop_order import AdvanceLog, loop_order, same_time_s
+from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.itl_log import replay_into
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from inferplan.engine import thrash, thrashrun
-from inferplan.engine.simulator import same_time_s
+from inferplan.engine.loop_order import same_time_s
 from inferplan.engine.thrash import _Cycles
 from inferplan.metrics.steptrace import StepTrace
 from inferplan.perf.batch import StepBatch

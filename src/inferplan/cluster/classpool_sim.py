@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from inferplan.cluster.classpools import DONOR_FRACTION, ClassPools, Move, class_pools_json
+from inferplan.engine.loop_order import same_time_s
 from inferplan.engine.policies import ROUTERS
 from inferplan.engine.replica import Replica
 from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
-from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult, same_time_s
+from inferplan.engine.simulator import Simulation, SimulationConfig, SimulationResult
 from inferplan.errors import InferplanError
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload

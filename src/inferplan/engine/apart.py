@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inferplan.engine.loop_order import AdvanceLog, loop_order
+from inferplan.engine.loop_order import AdvanceLog, loop_order, same_time_s
 from inferplan.engine.replica import Replica
-from inferplan.engine.simulator import Simulation, SimulationResult, same_time_s
+from inferplan.engine.simulator import Simulation, SimulationResult
 from inferplan.errors import InferplanError
 from inferplan.metrics.itl_log import ItlLog, replay_into
 from inferplan.metrics.records import RequestStatus

@@ -39,6 +39,18 @@ import numpy.typing as npt
 Rounding = Callable[[Any], Any]  # ``same_time_s``: a float, or a float array element-wise
 
 
+# ``now``: a clock reading or an array of them (``reach_of``, ``thrashrun``), so
+# not ``float``, which a compiled (mypyc) function would check.
+def same_time_s(now: Any) -> Any:
+    """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
+    Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
+    differs in the last bits (a rounding error that grows with the time elapsed since the
+    clock's start), and an arrival tied with a step boundary must be ordered the same way in
+    both. The clock starts at the first arrival (``Simulation`` rebases the trace), so where a
+    trace's times start (0, or Unix-epoch seconds) changes nothing."""
+    return 1e-9 * (now + 1.0)
+
+
 class AdvanceLog:
     """One replica's advances, in its own order, as numpy arrays."""
 

@@ -23,6 +23,7 @@ in one piece or in two).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 import numpy.typing as npt
@@ -72,3 +73,20 @@ class RoutedArrivals:
             mine = self._is_routed & (self.replica_of == replica)
             times = self._times_s[replica] = self._dispatch_s[mine].tolist()
         return times[pos] if pos < len(times) else math.inf
+
+
+def held_send_s(sent: float, finish_times: list[float], in_flight: int, limit: int) -> float:
+    """When a request sent at ``sent`` reaches the server under a client limit of ``limit``
+    requests in flight (``--max-concurrency``): at ``sent`` if a slot is free then, else when
+    the slot frees; inf if no finish simulated so far frees one. ``finish_times``: the finishes
+    already processed, sorted; those before ``sent`` are dropped from it (sends come in time
+    order, so they matter no more)."""
+    del finish_times[: bisect_right(finish_times, sent)]
+    # Finishes already processed but later than ``sent`` still held their slots then.
+    busy_at_send = in_flight + len(finish_times)
+    if busy_at_send < limit:
+        return sent
+    if in_flight >= limit:
+        return math.inf  # no slot frees until a finish not yet simulated
+    # The slot frees at the (busy_at_send - limit + 1)-th finish after ``sent``.
+    return finish_times[busy_at_send - limit]

@@ -18,10 +18,9 @@ fit the replica's block pool even alone: a run completes with them as rejected r
 from __future__ import annotations
 
 import math
-from bisect import bisect_right, insort
+from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -29,9 +28,10 @@ from inferplan.engine.admission import AdmissionConfig
 from inferplan.engine.chain import preemption_chain
 from inferplan.engine.chunk_run import step_then_chunks
 from inferplan.engine.implicit_step import joined_admission_step
+from inferplan.engine.loop_order import same_time_s
 from inferplan.engine.policies import ROUTERS, WaitingQueue
 from inferplan.engine.replica import Replica, SchedulerConfig, prefix_cache_for
-from inferplan.engine.routed_arrivals import RoutedArrivals, round_robin_replicas
+from inferplan.engine.routed_arrivals import RoutedArrivals, held_send_s, round_robin_replicas
 from inferplan.engine.run_result import SimulationResult, run_result
 from inferplan.engine.schedulers import SCHEDULERS
 from inferplan.engine.simsetup import (
@@ -51,24 +51,12 @@ from inferplan.metrics.records import RequestStatus
 from inferplan.perf.protocol import StepTimeModel
 from inferplan.workload.request import Workload
 
-# A doomed pass (``engine/thrash.py``) goes on past the arrivals where ``_advance`` routes them
-# itself (``thrashrun._past_arrival``: the cycle an arrival cuts with the general path's
-# floats, then the next pass's cycles in the same call); False: it ends at the arrival and the
-# loop runs that cycle (``step_then_chunks``), the reference the tests compare with.
+# A doomed pass (``engine/thrash.py``) goes on past the arrivals that ``_advance`` routes itself
+# (``thrashrun._past_arrival``: the cut cycle with the general path's floats, then on); False:
+# it ends at the arrival and the loop runs that cycle (``step_then_chunks``), the reference.
 PASS_PAST_ARRIVALS = True
-
-# ``now``: a clock reading or an array of them (``loop_order.reach_of``, ``thrashrun``), so
-# not ``float``, which a compiled (mypyc) function would check.
-
-
-def same_time_s(now: Any) -> Any:
-    """How far apart two clock readings (>= 0, finite) may be and still be the same instant.
-    Fast mode sums a stretch's steps in closed form, exact mode one by one: the same instant
-    differs in the last bits (a rounding error that grows with the time elapsed since the
-    clock's start), and an arrival tied with a step boundary must be ordered the same way in
-    both. The clock starts at the first arrival (``Simulation`` rebases the trace), so where a
-    trace's times start (0, or Unix-epoch seconds) changes nothing."""
-    return 1e-9 * (now + 1.0)
+# The loop's arrivals due at a clock reading, routed (``_chain_arrivals``, ``_pass_arrivals``).
+Intake = Callable[[float], float | None]
 
 
 @dataclass(frozen=True)
@@ -135,8 +123,8 @@ class Simulation:
         # progress callback it reports them to, and the arrivals a chain may take in then.
         self._collects_finishes = False
         self._on_progress: Callable[[int], None] | None = None
-        self._intake: Callable[[float], float | None] | None = None
-        self._pass_intake: Callable[[float], float | None] | None = None
+        self._intake: Intake | None = None
+        self._pass_intake: Intake | None = None
 
     def _is_plain(self, replica: Replica) -> bool:
         """Whether ``_advance_once`` may take ``replica`` by ``_advance_plain``: fast mode, no
@@ -189,16 +177,7 @@ class Simulation:
         limit = self.cfg.max_concurrency
         if limit is None:
             return sent
-        # Sends are in time order, so finishes before this one matter no more.
-        del self.finish_times[: bisect_right(self.finish_times, sent)]
-        # Finishes already processed but later than ``sent`` still held their slots then.
-        busy_at_send = self.in_flight + len(self.finish_times)
-        if busy_at_send < limit:
-            return sent
-        if self.in_flight >= limit:
-            return math.inf  # no slot frees until a finish not yet simulated
-        # The slot frees at the (busy_at_send - limit + 1)-th finish after ``sent``.
-        return self.finish_times[busy_at_send - limit]
+        return held_send_s(sent, self.finish_times, self.in_flight, limit)
 
     def _arrive(self, now: float) -> None:
         rid = self.next_request
@@ -340,7 +319,7 @@ class Simulation:
         replica: Replica,
         next_arrival_s: float,
         chain: bool,
-        intake: Callable[[float], float | None] | None = None,
+        intake: Intake | None = None,
     ) -> None:
         """Stretches joined by the preemption steps that end them (or, where ``chain``, their
         closed form, ``engine/chain.py``, taking arrivals in through ``intake``), until a
@@ -396,10 +375,7 @@ class Simulation:
         return pops_last and (adm is None or (not adm.is_active and adm.spf_aging_s is None))
 
     def _doomed_cycles(
-        self,
-        replica: Replica,
-        next_arrival_s: float,
-        intake: Callable[[float], float | None] | None = None,
+        self, replica: Replica, next_arrival_s: float, intake: Intake | None = None
     ) -> bool:
         """Fast mode: a full pool's doomed re-admissions of a long queue head, whole cycles at
         once (``engine/thrash.py``), up to the replica's next arrival (given ``intake``,
@@ -413,8 +389,6 @@ class Simulation:
             return False  # the head's prompt fits one chunk: no cycle (``thrash._applies``)
         if self.own_arrivals is not None:
             next_arrival_s = self.own_arrivals.next_arrival_s(replica.index)
-        if intake is None:
-            return doomed_cycles(replica, next_arrival_s)
         return doomed_cycles(replica, next_arrival_s, intake)
 
     def _pass_arrivals(self, now: float) -> float | None:

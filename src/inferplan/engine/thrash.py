@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inferplan.engine.loop_order import same_time_s
 from inferplan.engine.schedulers import Scheduler
 from inferplan.engine.thrashrun import take_cycles
 from inferplan.perf.batch import StepBatch
@@ -62,8 +63,6 @@ def doomed_cycles(
         return False  # a pass ended here: the cycle that ended it cannot run now either
     if not _applies(replica):
         return False
-    from inferplan.engine.simulator import same_time_s  # the loop's tie rule (imports us)
-
     cycles = _Cycles(replica)
     if intake is None:
         take_cycles(cycles, next_arrival_s, same_time_s)
