@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferplan.engine import own_admission
+from inferplan.engine import implicit_step, own_admission
 from inferplan.engine import schedulers as schedulers_module
 from inferplan.engine import simulator as simulator_module
 from inferplan.engine.policies import WaitingQueue
@@ -162,13 +162,21 @@ def test_own_pass_asks_again_where_the_cached_free_count_moved() -> None:
 
 
 def _run(wl: Workload, cfg: SimulationConfig, *, fused: bool) -> tuple[SimulationResult, int, int]:
-    """The run with the fused paths (and how often each was taken), or with the general ones."""
+    """The run with the fused paths (and how often each was taken: ``admit_own`` passes, or
+    ``implicit_step._admit_head``'s own-block admissions, ``admit_first``; joined steps), or
+    with the general ones."""
     taken = [0, 0]
     admit, joined = own_admission.admit_own, simulator_module.joined_admission_step
+    first = own_admission.admit_first
 
     def counting_admit(*args: Any) -> None:
         taken[0] += 1
         admit(*args)
+
+    def counting_first(*args: Any) -> bool:
+        done = first(*args)
+        taken[0] += done
+        return done
 
     def counting_joined(r: Replica) -> bool:
         done = joined(r)
@@ -178,6 +186,7 @@ def _run(wl: Workload, cfg: SimulationConfig, *, fused: bool) -> tuple[Simulatio
     with pytest.MonkeyPatch.context() as patch:
         if fused:
             patch.setattr(schedulers_module, "admit_own", counting_admit)
+            patch.setattr(implicit_step, "admit_first", counting_first)
             patch.setattr(simulator_module, "joined_admission_step", counting_joined)
         else:
             patch.setattr(Scheduler, "_admits_own", lambda self: False)

@@ -153,6 +153,7 @@ def test_ignoring_the_heads_admission_fails(monkeypatch: pytest.MonkeyPatch) -> 
     spare=st.integers(0, 30),
     budget_over=st.integers(1, 300),
     k=st.integers(1, 400),
+    scalar_steps=st.sampled_from([0, ownstretch.SCALAR_STEPS, 10**9]),
 )
 def test_steps_before_the_head_joins_match_a_step_by_step_count(
     block: int,
@@ -164,10 +165,13 @@ def test_steps_before_the_head_joins_match_a_step_by_step_count(
     spare: int,
     budget_over: int,
     k: int,
+    scalar_steps: int,
 ) -> None:
     """``own_block_stretch_steps`` against running the decode steps one at a time: each
     step's crossings taken from the pool (evicting the LRU list's front), then vLLM's
-    admission test (``Scheduler.head_chunk``) with the head's hit as it stands."""
+    admission test (``Scheduler.head_chunk``) with the head's hit as it stands; its steps
+    evaluated in Python ints (``scalar_steps`` 10**9), in one vector pass (0), or as the
+    module picks."""
     entry_tokens = entry_blocks * block
     n = len(computed)
     head, first_run = n + len(runs_before), n
@@ -195,7 +199,9 @@ def test_steps_before_the_head_joins_match_a_step_by_step_count(
     r.pool.free = cfg.num_blocks - sum(held)
     r.waiting.push(head, num_tokens=head_tokens)
     assume(not r.scheduler.head_can_join())  # a stretch starts only then (``can_stretch``)
-    steps = ownstretch.own_block_stretch_steps(r, k)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ownstretch, "SCALAR_STEPS", scalar_steps)
+        steps = ownstretch.own_block_stretch_steps(r, k)
     assert steps is not None
     leftover = cfg.max_num_batched_tokens - n
     expected = last = k  # the last step the pool lasts (a stretch ends where it runs out)
@@ -222,7 +228,7 @@ def test_first_step_with_counts_crossings(computed: list[int], block: int, cross
     """``_first_step_with`` against counting each row's block crossings step by step."""
     c = np.array(computed, dtype=np.int64)
     first_steps = (-c) % block + 1
-    at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1))
+    at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1)).tolist()
     n = len(c)
     step, total = 0, 0
     while total < crossings:
@@ -231,3 +237,72 @@ def test_first_step_with_counts_crossings(computed: list[int], block: int, cross
     assert ownstretch._first_step_with(crossings, n, block, at_most) == step
     q, u = divmod(step, block)
     assert n * q + int(at_most[u]) == total  # C(j) in closed form
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    computed=st.lists(st.integers(0, 200), min_size=1, max_size=12),
+    block=st.sampled_from([1, 2, 4, 16]),
+    e=st.sampled_from([1, 2, 4]),
+    cached_short=st.integers(0, 40),
+    head=st.tuples(
+        st.integers(1, 30),
+        st.integers(0, 30),
+        st.integers(0, 40),
+        st.integers(1, 400),
+        st.integers(1, 300),
+    ),
+    j_from=st.integers(1, 40),
+    length=st.integers(-1, 20),
+)
+def test_the_scalar_steps_equal_the_vector_pass(
+    computed: list[int],
+    block: int,
+    e: int,
+    cached_short: int,
+    head: tuple[int, int, int, int, int],
+    j_from: int,
+    length: int,
+) -> None:
+    """``_first_admitting`` (Python ints, a chain's few steps) against
+    ``_first_admitting_vector`` (the vector pass) for every free pool from 0 to 160 blocks
+    (``cached_short``, one more and three more fewer of them cached-free), any head (its run,
+    the entries before it, the lookup's cap, its tokens, the budget) and steps, reachable or
+    not: the same first admitting step (the cap, the budget's cut, the fit's bound and the
+    crossings as the vector pass has them; ``test_the_scalar_steps_by_hand`` has the
+    entries' ceiling and the lost entries' clip)."""
+    first_steps = (-np.array(computed, dtype=np.int64)) % block + 1
+    at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1)).tolist()
+    n, j_to = len(computed), j_from + length
+    steps = range(j_from, j_to + 1)
+    scalar_steps = [1, *steps] if j_from > 1 else steps
+    for free0 in range(161):
+        for short in (cached_short, cached_short + 1, cached_short + 3):
+            pool = (free0, max(free0 - short, 0))
+            scalar = ownstretch._first_admitting(scalar_steps, pool, n, e, at_most, head)
+            vector = ownstretch._first_admitting_vector(j_from, j_to, pool, n, e, at_most, head)
+            assert scalar == vector
+
+
+@pytest.mark.parametrize(
+    ("e", "run0", "free0", "lru0", "expected"),
+    [
+        (2, 5, 20, 20, 1),  # step 1 evicts ceil(1 / 2) = 1 entry: hit 8, 18 blocks <= 19 free
+        (2, 5, 19, 19, 1),  # 18 <= 18
+        (2, 5, 18, 18, None),  # the hit shrinks by 2 tokens every 2 steps, the pool by 2
+        (1, 1, 10, 11, None),  # the run lost whole (a hit of 0, never below): 10 > 10 - j
+        (1, 1, 11, 12, 1),  # 10 <= 10
+    ],
+)
+def test_the_scalar_steps_by_hand(
+    e: int, run0: int, free0: int, lru0: int, expected: int | None
+) -> None:
+    """One row on one-token blocks (one crossing a step: ``free0 - j`` free at step ``j``,
+    ``ceil((lru0 - free0 + j) / e)`` entries evicted, all from the head's run), the head
+    with 100 tokens under a 10-token budget (its chunk ends at ``hit + 10``), steps 1-5:
+    both forms give the first step whose hit plus chunk fit."""
+    head = (run0, 0, 40, 100, 10)
+    at_most = [0, 1]
+    scalar = ownstretch._first_admitting(range(1, 6), (free0, lru0), 1, e, at_most, head)
+    vector = ownstretch._first_admitting_vector(1, 5, (free0, lru0), 1, e, at_most, head)
+    assert scalar == vector == expected

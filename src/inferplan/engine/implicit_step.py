@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferplan.engine.chunk_step import PLAIN, emit_admitted
+from inferplan.engine.own_admission import admit_first
 from inferplan.engine.policies import WaitingQueue
+from inferplan.engine.schedulers import OWN
 from inferplan.engine.stepshape import step_shape
 from inferplan.memory.ownblocks import OwnBlocks
 
@@ -61,7 +63,7 @@ def implicit_decode_and_admit_step(r: Replica) -> bool:
     new_blocks = rows.crossings(1)
     if new_blocks > pool.free_blocks:
         return False
-    if pool.cache is None and _admit_head(r, n, new_blocks):
+    if (pool.cache is None or type(pool.cache) is OwnBlocks) and _admit_head(r, n, new_blocks):
         return True  # the usual step below capacity: the lone queued request's whole prompt
     scheduler = r.scheduler
     # ``can_stretch`` asked at this step's start: its head's admission test, for the waiting pass
@@ -267,10 +269,13 @@ def _admit_head(r: Replica, n: int, new_blocks: int) -> bool:
     fits, and vLLM v1's waiting pass is the plain one (``Scheduler.admission_path``: no prefix
     cache, KV tiers or admission policy; a FIFO ``WaitingQueue``): that pass
     (``plain_admission.admit_plainly``: one head, so one turn of its loop) and ``_admit_one``
-    in one frame, the same tests, writes and floats in the same order. False, having done
+    in one frame, the same tests, writes and floats in the same order. With own blocks
+    (``OWN``: ``own_admission.admit_own``'s pass) the same where no run of the request is
+    cached (no hit), its cache writes in ``own_admission.admit_first``. False, having done
     nothing, elsewhere (the general form then runs the step)."""
     scheduler, waiting, cfg = r.scheduler, r.waiting, r.cfg
-    if type(waiting) is not WaitingQueue or scheduler.admission_path != PLAIN:
+    path = scheduler.admission_path
+    if type(waiting) is not WaitingQueue or (path != PLAIN and path != OWN):
         return False
     fifo = waiting._fifo
     if len(fifo) != 1 or not waiting.is_fifo or n >= cfg.max_num_seqs:
@@ -286,13 +291,15 @@ def _admit_head(r: Replica, n: int, new_blocks: int) -> bool:
     held = -(-tokens // block)
     if held > pool.free_blocks - new_blocks:
         return False  # it waits: the step decodes alone
-    pool.free_blocks -= new_blocks  # the decode's blocks (nothing to evict)
+    if pool.cache is None:
+        pool.free_blocks -= new_blocks + held  # the decode's blocks and the row's (no evicting)
+    elif not admit_first(pool, r.records, rid, tokens, held, new_blocks):
+        return False  # own blocks: a run cached (a preempted request's), maybe a hit
     decode_context = rows.total_context()
     emitted = rows.emitted_at(n)  # the old rows' last token time, if they share one
-    # ``admit_plainly``'s turn: the head popped, its blocks taken, its row appended
+    # ``admit_plainly``'s (``admit_own``'s) turn: the head popped, its row appended
     fifo.popleft()
     del waiting.tokens[rid]
-    pool.free_blocks -= held
     start = r.now  # the row's last token time (``admit_popped``'s ``now``)
     first_scheduled_s = r.records.first_scheduled_s
     if math.isnan(first_scheduled_s.item(rid)):  # ``item``: a Python float

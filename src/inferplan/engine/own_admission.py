@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from inferplan.engine.schedulers import HeadFit, Scheduler
+    from inferplan.memory.blockpool import BlockPool
     from inferplan.memory.ownblocks import OwnBlocks
+    from inferplan.metrics.records import RequestRecords
 
 
 def own_head_fit(s: Scheduler, budget: int, available: int) -> HeadFit | None:
@@ -105,3 +107,36 @@ def admit_own(s: Scheduler, budget: int, sched: list[int], now: float, fit: Head
         run.append(rid, hit, tokens, int(tokens - prompt), target_tokens.item(rid), held, now)
         sched.append(chunk)
         budget -= chunk
+
+
+def admit_first(
+    pool: BlockPool,
+    rec: RequestRecords,
+    rid: int,
+    tokens: int,
+    held: int,
+    new_blocks: int,
+) -> bool:
+    """The own-block writes of a joined admission step (``implicit_step._admit_head``) whose
+    lone queued request ``rid`` has no run cached (a new request: no hit) and admits its whole
+    prompt, ``tokens`` tokens in ``held`` blocks, which fit beside the decode's ``new_blocks``:
+    the general form's ``BlockPool.free`` write for the decode's blocks, then ``admit_own``'s
+    turn for the head (``acquire`` maps nothing, so its computed entries are what
+    ``register`` gives its prompt; the queried counts; its blocks taken). Both writes evict
+    the cached-free blocks that no longer fit; here one eviction after both: evicting to
+    ``a`` then to ``b <= a`` drops ``ceil((L - a) / e) + ceil((L' - b) / e)`` entries, ``L' =
+    L - e * ceil((L - a) / e)``, which is ``ceil((L - b) / e)``, the same entries from the same
+    front (``OwnBlocks.evict_to``), and nothing reads the runs between. False, having done
+    nothing, where it has a run (its hit: ``admit_own``'s cases)."""
+    cache: OwnBlocks = pool.cache  # type: ignore[assignment]  # ``Scheduler._admits_own``
+    if rid in cache._runs:  # ``may_hold``, inline: a run (a preempted request's), maybe a hit
+        return False
+    entries = tokens // (cache.entry_kv_blocks * pool.block_size)  # its prompt's entries
+    own = cache.num_entries[rid]
+    cache.held[rid] = entries if entries < own else own  # ``acquire``'s 0, then ``register``
+    rec.prefix_queried_tokens[rid] += tokens  # type: ignore[index]
+    cache.queried_tokens += tokens  # its cached tokens: none
+    pool.free_blocks = free = pool.free_blocks - new_blocks - held
+    if cache.lru_blocks > free:
+        cache.evict_to(free)
+    return True

@@ -28,7 +28,8 @@ mode (``docs/simulator.md``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 # Steps of the head's shrinking hit evaluated at once; a longer stretch ends after them, and
 # the next stretch goes on.
 MAX_EVALUATED_STEPS = 8192
+# Fewer steps than this are evaluated one at a time in Python ints (a preemption chain's
+# usual two to four in Vidur's trace), more in one vector pass: the same integers.
+SCALAR_STEPS = 16
 
 
 def own_block_stretch_steps(r: Replica, k: int) -> int | None:
@@ -87,9 +91,10 @@ def steps_before_head_joins(
         return k  # nothing is admitted, or the head's hit cannot shrink
     free0, lru0 = pool_state
     first_steps = (-computed) % block + 1
-    at_most = np.cumsum(np.bincount(first_steps, minlength=block + 1))  # [u]: s_i <= u
+    # [u]: rows whose first crossing s_i <= u (Python ints: read a few times each)
+    at_most: list[int] = np.bincount(first_steps, minlength=block + 1).cumsum().tolist()
     q, u = divmod(k, block)
-    evicted_blocks = lru0 - free0 + n * q + int(at_most[u])  # by step k
+    evicted_blocks = lru0 - free0 + n * q + at_most[u]  # by step k
     before = entries_before(-(-evicted_blocks // e))
     if before is None:
         return k  # the evictions of ``k`` steps stop short of the head's run
@@ -97,19 +102,73 @@ def steps_before_head_joins(
     j_from = max(_first_step_with(e * before - lru0 + free0 + 1, n, block, at_most), 1)
     j_gone = _first_step_with(e * (before + run0 - 1) - lru0 + free0 + 1, n, block, at_most)
     j_to = min(j_gone, k, j_from + MAX_EVALUATED_STEPS)
+    rid, tokens = r.waiting.peek()
+    cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]
+    head = (run0, before, cap, tokens, leftover)
+    if j_to - j_from < SCALAR_STEPS:  # a chain's usual few: numpy's calls would cost more
+        steps = range(j_from, j_to + 1)
+        first = _first_admitting(
+            [1, *steps] if j_from > 1 else steps, pool_state, n, e, at_most, head
+        )
+    else:
+        first = _first_admitting_vector(j_from, j_to, pool_state, n, e, at_most, head)
+    if first is not None:
+        return first - 1
+    return j_to if j_to < min(j_gone, k) else k
+
+
+def _first_admitting(
+    steps: Sequence[int],
+    pool_state: tuple[int, int],
+    n: int,
+    e: int,
+    at_most: list[int],
+    head: tuple[int, int, int, int, int],
+) -> int | None:
+    """The first of ``steps`` (ascending) whose waiting pass admits the queue head, or None:
+    at step ``j`` the ``n`` rows' crossings ``C(j)`` leave ``free0 - C(j)`` blocks, which
+    evict entries from the LRU list's front; the head's run (``head``: its entries, the
+    entries freed before it, the lookup's cap, its tokens, the step's token budget) loses what
+    of them passes ``before``, and its hit plus first chunk must fit the free blocks."""
+    free0, lru0 = pool_state
+    run0, before, cap, tokens, leftover = head
+    block = len(at_most) - 1
+    entry_tokens = e * block
+    for j in steps:
+        free = free0 - (n * (j // block) + at_most[j % block])
+        evicted = max(lru0 - free + e - 1, 0) // e  # entries, from the list's front
+        lost = evicted - before  # ``np.clip(lost, 0, run0)``
+        lost = 0 if lost < 0 else run0 if lost > run0 else lost
+        hit = min(run0 - lost, cap) * entry_tokens
+        chunk_end = hit + min(tokens - hit, leftover)
+        if -(-chunk_end // block) <= free:
+            return j
+    return None
+
+
+def _first_admitting_vector(
+    j_from: int,
+    j_to: int,
+    pool_state: tuple[int, int],
+    n: int,
+    e: int,
+    at_most: list[int],
+    head: tuple[int, int, int, int, int],
+) -> int | None:
+    """``_first_admitting`` of step 1 (where ``j_from > 1``) and steps ``j_from..j_to`` in
+    one vector pass (the same integers)."""
+    free0, lru0 = pool_state
+    run0, before, cap, tokens, leftover = head
+    block = len(at_most) - 1
     steps = np.arange(j_from, j_to + 1)
     if j_from > 1:
         steps = np.concatenate(([1], steps))
-    free = free0 - (n * (steps // block) + at_most[steps % block])
+    free = free0 - (n * (steps // block) + np.array(at_most)[steps % block])
     evicted = np.maximum(lru0 - free + e - 1, 0) // e  # entries, from the list's front
-    rid, tokens = r.waiting.peek()
-    cap = r.scheduler.hbm_hit_entries(rid, tokens)[2]
     hit = np.minimum(run0 - np.clip(evicted - before, 0, run0), cap) * (e * block)
     chunk_end = hit + np.minimum(tokens - hit, leftover)
     admits = -(-chunk_end // block) <= free
-    if admits.any():
-        return int(steps[int(admits.argmax())]) - 1
-    return j_to if j_to < min(j_gone, k) else k
+    return int(steps[int(admits.argmax())]) if admits.any() else None
 
 
 def _entries_before(cache: OwnBlocks, rid: int, limit: int) -> int | None:
@@ -125,10 +184,11 @@ def _entries_before(cache: OwnBlocks, rid: int, limit: int) -> int | None:
     return None
 
 
-def _first_step_with(crossings: int, n: int, block: int, at_most: np.ndarray) -> int:
+def _first_step_with(crossings: int, n: int, block: int, at_most: Sequence[int]) -> int:
     """The first decode step by which ``n`` rows have crossed ``crossings`` block boundaries
-    in all (``at_most[u]``: rows whose first crossing is at step ``u`` or before); 0 for none."""
+    in all (``at_most[u]``: rows whose first crossing is at step ``u`` or before,
+    nondecreasing); 0 for none."""
     if crossings <= 0:
         return 0
     q, t = divmod(crossings - 1, n)
-    return q * block + int(np.searchsorted(at_most, t + 1))
+    return q * block + bisect_left(at_most, t + 1)  # ``np.searchsorted``'s left side
