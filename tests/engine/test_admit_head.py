@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -84,18 +85,26 @@ def _assert_equal(
     return fast, taken
 
 
+def run_cases(max_output: int) -> dict[str, st.SearchStrategy[Any]]:
+    """The whole runs a fast admission path is compared on (here and in
+    ``test_admit_own_head``): 10-40 requests, prompts of 8-200 tokens against a 96-token budget,
+    bursts and arrivals apart, 1-16-token blocks, a pool 0-60 blocks over the largest request,
+    ``max_num_seqs`` of 1, 2 (no room) and 24."""
+    return {
+        "n": st.integers(10, 40),
+        "max_input": st.integers(8, 200),
+        "max_output": st.integers(1, max_output),
+        "rate": st.sampled_from([math.inf, 40.0, 8.0, 2.0]),
+        "seed": st.integers(0, 10_000),
+        "block_size": st.sampled_from([1, 4, 16]),
+        "spare": st.integers(0, 60),
+        "max_num_seqs": st.sampled_from([1, 2, 24]),
+    }
+
+
 @pure_only
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    n=st.integers(10, 40),
-    max_input=st.integers(8, 200),
-    max_output=st.integers(1, 120),
-    rate=st.sampled_from([math.inf, 40.0, 8.0, 2.0]),
-    seed=st.integers(0, 10_000),
-    block_size=st.sampled_from([1, 4, 16]),
-    spare=st.integers(0, 60),
-    max_num_seqs=st.sampled_from([1, 2, 24]),
-)
+@given(**run_cases(120))
 def test_runs_equal_the_general_form(
     n: int,
     max_input: int,

@@ -7,14 +7,12 @@ runs must be the same, bit for bit, and the fast form must be taken."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from inferplan.engine import implicit_step, own_admission
 from inferplan.engine.policies import WaitingQueue
@@ -29,7 +27,7 @@ from inferplan.workload import Workload
 from inferplan.workload.prefixes import with_own_blocks
 from native_mode import pure_only
 
-from .test_admit_head import _prompts
+from .test_admit_head import _prompts, run_cases
 from .test_head_fit import _FlatModel
 from .test_own_blocks_equal import _config, _fingerprint, _plan_and_model, _workload
 
@@ -92,16 +90,7 @@ def _assert_equal(
 
 @pure_only
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    n=st.integers(10, 40),
-    max_input=st.integers(8, 200),
-    max_output=st.integers(1, 160),
-    rate=st.sampled_from([math.inf, 40.0, 8.0, 2.0]),
-    seed=st.integers(0, 10_000),
-    block_size=st.sampled_from([1, 4, 16]),
-    spare=st.integers(0, 60),
-    max_num_seqs=st.sampled_from([1, 2, 24]),
-)
+@given(**run_cases(160))
 def test_runs_equal_the_own_block_pass(
     n: int,
     max_input: int,
