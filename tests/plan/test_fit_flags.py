@@ -295,3 +295,25 @@ def test_a_saved_linearisation_records_its_flags_and_is_read_back_under_them(
         f"--served-load: {saved} was linearised without --rank-sync, unlike this run; save one "
         "with this run's flags (--served-save)"
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"X\x01\x00\x00\x00\xff.", "UnicodeDecodeError"),
+        (b"\x8e" + b"\xff" * 8, "OverflowError"),
+        (b"I1x\n.", "ValueError"),
+        (b"K\x01)R.", "TypeError"),
+    ],
+)
+def test_a_file_that_unpickles_to_an_error_is_one_line(
+    data: bytes, kind: str, tmp_path: Path
+) -> None:
+    """``read_served`` on bytes that are no ``--served-save`` pickle: one line whatever the
+    unpickler raises (before review20, only five exception types were caught and these four
+    gave a traceback)."""
+    saved = tmp_path / "lin.pkl"
+    saved.write_bytes(data)
+    assert fit_published().read_served(str(saved)) == (
+        f"--served-load: {saved}: not a --served-save file ({kind})"
+    )
