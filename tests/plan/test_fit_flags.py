@@ -71,6 +71,7 @@ def test_served_flags_without_served_are_refused(
         (["--release-split"], "--release-split"),
         (["--served"], "--served"),
         (["--families", "hopper"], "--families"),
+        (["--owners", "hopper"], "--owners"),
         (["--cv-only"], "--cv-only"),
     ],
 )
