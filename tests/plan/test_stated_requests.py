@@ -80,3 +80,16 @@ def test_the_prediction_runs_the_stated_count(monkeypatch: pytest.MonkeyPatch) -
     assert on is not None and as_1000 is not None and abs(on / as_1000 - 1) > 1e-3
     monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
     assert predict_run([row], None, False)[row.metric] == as_1000
+
+
+def test_a_served_run_of_a_bench_release_keeps_the_stand_in() -> None:
+    """Only a ``trtllm-bench`` row reads the perf overviews' counts: a ``trtllm-serve`` row of
+    release 1.0 that stated no count would not run 3,000 requests (before review20 its harness
+    was not checked, against ``stated_requests``' docstring)."""
+    bench = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)
+    served = replace(
+        bench, engine_version="1.0", settings={**bench.settings, "harness": "trtllm-serve"}
+    )
+    assert stated_requests(replace(served, settings=bench.settings)) == 3000
+    assert stated_requests(served) is None
+    assert requests_of(served) == published_runs.UNSTATED_REQUESTS
