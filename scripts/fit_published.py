@@ -328,9 +328,11 @@ def load_served(run: Run) -> Served | str:
 
 def read_served(path: str) -> Served | str:
     """``--served-save``'s pickle, or the error line for a file that is not one."""
+    # Unpickling bytes that are no pickle can raise almost anything (the pickle docs: "other
+    # exceptions, including but not limited to ..."; a clipped numpy array a ValueError).
     try:
         served = pickle.loads(Path(path).read_bytes())
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as e:
+    except Exception as e:
         return f"--served-load: {path}: not a --served-save file ({type(e).__name__})"
     if not isinstance(served, Served):
         return f"--served-load: {path}: not a --served-save file"

@@ -4,10 +4,15 @@ line naming the flag (exit 2); the JSON gains ``admission`` only when asked for.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 
 from cli_run import assert_one_line_error, run
+from inferplan.cli_admission import AdmissionFlags
+from inferplan.engine.admission import POLICIES
+from inferplan.errors import InferplanError
+from inferplan.workload.predict import PREDICTORS
 
 SIM = [
     *("simulate", "--model", "Llama-3.1-8B", "--gpu", "h200"),
@@ -113,3 +118,30 @@ def test_long_outputs_coincide_preempt_on_demand_not_with_class_quantile(
     assert quantile["num_preemptions"] == 0 and quantile["completed"] == 60
     assert quantile["admission"]["headroom_peak_blocks"] > 0  # the tail drew on the headroom
     assert quantile["p99_tpot_ms"] < on_demand["p99_tpot_ms"]
+
+
+# Which values of --admission / --length-predictor read each knob (the flags' help), written out
+# here apart from cli_admission's table, so that a slip in the table fails (review20).
+_READ_BY = {
+    "admission_quantile": ("admission", {"quantile", "token-budget"}),
+    "admission_headroom": ("admission", set(POLICIES)),
+    "admission_token_budget": ("admission", {"token-budget"}),
+    "admission_max_tokens": ("admission", {"reserve-max"}),
+    "on_exhaustion": ("admission", set(POLICIES)),
+    "predictor_sigma": ("length_predictor", {"noisy"}),
+    "predictor_bias": ("length_predictor", {"noisy"}),
+}
+
+
+@pytest.mark.parametrize("knob", sorted(_READ_BY))
+def test_each_knob_is_accepted_exactly_with_the_values_that_read_it(knob: str) -> None:
+    reader, readers = _READ_BY[knob]
+    values = POLICIES if reader == "admission" else tuple(PREDICTORS)
+    for value in (None, *values):
+        given = dict.fromkeys(f.name for f in fields(AdmissionFlags)) | {knob: 1, reader: value}
+        flags = AdmissionFlags(**given)
+        if value in readers:
+            flags.check()
+        else:
+            with pytest.raises(InferplanError, match=f"^--{knob.replace('_', '-')}: applies"):
+                flags.check()

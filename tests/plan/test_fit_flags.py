@@ -25,7 +25,7 @@ from inferplan.plan.fitting.config import (
     reaches,
 )
 from inferplan.plan.fitting.descent import committed_constants, start_constants
-from inferplan.plan.fitting.flags import linearisation_flags, served_load_error
+from inferplan.plan.fitting.flags import linearisation_flags, owners_error, served_load_error
 from inferplan.plan.fitting.served_fit import Served
 
 from .fit_script import fit_published
@@ -38,8 +38,14 @@ def _switches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(multi_rank, "LOGITS_GATHER", multi_rank.LOGITS_GATHER)
 
 
+# Appended to every run expected to be refused: were the refusal dropped, the run would fit no
+# round, cross-validate nothing and write no constant file (without them a dropped check made the
+# test fit the whole table for minutes and rewrite the committed constants; review20).
+HARMLESS = ("--dry-run", "--no-cv", "--rounds", "0")
+
+
 def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert fit_published().main(args) == 2
+    assert fit_published().main([*args, *HARMLESS]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ")
     return err.removeprefix("error: ").rstrip("\n")
@@ -71,6 +77,7 @@ def test_served_flags_without_served_are_refused(
         (["--release-split"], "--release-split"),
         (["--served"], "--served"),
         (["--families", "hopper"], "--families"),
+        (["--owners", "hopper"], "--owners"),
         (["--cv-only"], "--cv-only"),
     ],
 )
@@ -295,3 +302,35 @@ def test_a_saved_linearisation_records_its_flags_and_is_read_back_under_them(
         f"--served-load: {saved} was linearised without --rank-sync, unlike this run; save one "
         "with this run's flags (--served-save)"
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"X\x01\x00\x00\x00\xff.", "UnicodeDecodeError"),
+        (b"\x8e" + b"\xff" * 8, "OverflowError"),
+        (b"I1x\n.", "ValueError"),
+        (b"K\x01)R.", "TypeError"),
+    ],
+)
+def test_a_file_that_unpickles_to_an_error_is_one_line(
+    data: bytes, kind: str, tmp_path: Path
+) -> None:
+    """``read_served`` on bytes that are no ``--served-save`` pickle: one line whatever the
+    unpickler raises (before review20, only five exception types were caught and these four
+    gave a traceback)."""
+    saved = tmp_path / "lin.pkl"
+    saved.write_bytes(data)
+    assert fit_published().read_served(str(saved)) == (
+        f"--served-load: {saved}: not a --served-save file ({kind})"
+    )
+
+
+def test_owners_that_hold_each_flags_constants_are_accepted() -> None:
+    """The accepted side of ``owners_error``: a family beside a release class (each flag's
+    owner named) passes, so a check that asked for every name to be of one kind would fail."""
+    config = FitConfig.from_flags(per_hop=True, gemm_shape=True, rank_sync=True)
+    start = start_constants(fit_rows(), config)
+    for names in ({"hopper", "trtllm-pytorch"}, {"ampere", "hopper", "trtllm-cpp"}):
+        assert owners_error("--families", names, config, start) is None
+    assert owners_error("--families", {"hopper"}, config, start) is not None

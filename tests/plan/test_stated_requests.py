@@ -80,3 +80,33 @@ def test_the_prediction_runs_the_stated_count(monkeypatch: pytest.MonkeyPatch) -
     assert on is not None and as_1000 is not None and abs(on / as_1000 - 1) > 1e-3
     monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
     assert predict_run([row], None, False)[row.metric] == as_1000
+
+
+def test_a_served_run_of_a_bench_release_keeps_the_stand_in() -> None:
+    """Only a ``trtllm-bench`` row reads the perf overviews' counts: a ``trtllm-serve`` row of
+    release 1.0 that stated no count would not run 3,000 requests (before review20 its harness
+    was not checked, against ``stated_requests``' docstring)."""
+    bench = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)
+    served = replace(
+        bench, engine_version="1.0", settings={**bench.settings, "harness": "trtllm-serve"}
+    )
+    assert stated_requests(replace(served, settings=bench.settings)) == 3000
+    assert stated_requests(served) is None
+    assert requests_of(served) == published_runs.UNSTATED_REQUESTS
+
+
+def test_ties_go_to_the_nearest_release_then_the_larger_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tie-breaks of ``stated_requests``' docstring on a made-up table (the bundled tables
+    agree across releases, so no bundled row tells them apart: review20 reversed each and the
+    suite passed): the pair at the row's own distance in releases 0.17 (place 0) and 1.2
+    (place 4) goes to 1.2's for a main-revision row (place 3); two releases equally near, the
+    larger count."""
+    row = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)  # the main revision: 3
+    table = ((1000, 1000, 0, 111), (1000, 1000, 4, 222), (1024, 1024, 3, 999))
+    monkeypatch.setattr(published_runs, "_stated_counts", lambda: table)
+    assert stated_requests(row) == 222
+    table = ((1000, 1000, 2, 111), (1000, 1000, 4, 333), (1000, 1000, 4, 222))
+    monkeypatch.setattr(published_runs, "_stated_counts", lambda: table)
+    assert stated_requests(row) == 333

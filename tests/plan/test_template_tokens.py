@@ -90,3 +90,18 @@ def test_the_harmony_system_message_is_a_shared_cached_prefix(
     assert hashes is not None and all(len(h) == 12 for h in hashes)
     assert hashes[0][:3] == hashes[1][:3] == hashes[-1][:3]
     assert not set(hashes[0][3:]) & set(hashes[1][3:])
+
+
+def test_max_tokens_cut_to_what_the_stated_context_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a stated ``max_model_len`` vLLM cuts ``max_tokens`` to the context the templated
+    prompt leaves: leading + prompt + trailing + output fits it (review20: a mis-signed cut,
+    ``stated + leading - inputs``, passed the other tests)."""
+    row = _run(GPT_OSS, 128)[0]
+    mean_in = round(row.input_len_mean or 0)
+    mean_out = round(row.output_len_mean or 0)
+    stated = 63 + mean_in + 3 + mean_out - 2  # two tokens short of the whole request (4 out)
+    tight = replace(row, settings={**row.settings, "max_model_len": str(stated)})
+    monkeypatch.setattr(published_runs, "TEMPLATE_TOKENS_ON", True)
+    workload = run_workload(tight, quick=True)
+    assert np.all(workload.output_tokens == mean_out - 2)
+    assert np.all(workload.input_tokens + workload.output_tokens == stated)

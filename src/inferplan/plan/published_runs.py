@@ -146,6 +146,11 @@ def _bench_release(version: str) -> int | None:
     return None
 
 
+def _is_bench(row: PublishedRow) -> bool:
+    """Whether ``row`` is a ``trtllm-bench`` run, the runs the perf overviews' counts size."""
+    return row.settings.get("harness", "").startswith("trtllm-bench")
+
+
 @cache
 def _stated_counts() -> tuple[tuple[int, int, int, int], ...]:
     """(ISL, OSL, release place, requests) of every bundled ``trtllm-bench`` row that states
@@ -153,8 +158,7 @@ def _stated_counts() -> tuple[tuple[int, int, int, int], ...]:
     out = set()
     for row in bundled_published():
         place = _bench_release(row.engine_version)
-        harness = row.settings.get("harness", "")
-        if place is None or not harness.startswith("trtllm-bench") or not row.num_requests:
+        if place is None or not _is_bench(row) or not row.num_requests:
             continue
         if row.input_len and row.output_len:
             out.add((row.input_len, row.output_len, place, row.num_requests))
@@ -172,7 +176,7 @@ def stated_requests(row: PublishedRow) -> int | None:
     twins, 3,000 requests, measure the same throughput within 3 %, docs/validation.md
     ``trt1019``) at 3,000, 0.19's 1024/2048 at 0.19's 1000/2000 (1,500)."""
     place = _bench_release(row.engine_version)
-    if place is None or not row.input_len or not row.output_len:
+    if place is None or not _is_bench(row) or not row.input_len or not row.output_len:
         return None
     isl, osl = row.input_len, row.output_len
 

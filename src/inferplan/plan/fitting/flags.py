@@ -83,6 +83,7 @@ def collectives_only_error(args: argparse.Namespace) -> str | None:
             ("--release-split", args.release_split),
             ("--served", args.served),
             ("--families", args.families),
+            ("--owners", args.owners),
             ("--cv-only", args.cv_only),
         )
         if is_given
