@@ -21,13 +21,13 @@ import sys
 
 import numpy as np
 
-from inferplan.plan import published_runs
+from inferplan.plan import published_runs, published_workload
 from inferplan.plan.chat_stream import empty_chunks, with_empty_chunks
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import group_runs, metric_values, served_summary, simulate_run
 
 QUANTILES = (0.98, 0.99, 0.995)
-_bundled_lengths = published_runs._lengths
+_bundled_lengths = published_workload._lengths
 
 
 def _early_stop_lengths(
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--early-stops", action="store_true", help="the deficit as early stops")
     args = parser.parse_args(argv)
     if args.early_stops:
-        published_runs._lengths = _early_stop_lengths
+        published_workload._lengths = _early_stop_lengths
     rows = [r for r in bundled_published() if r.engine == "sglang" and skip_reason(r) is None]
     print("run, shape, distinct finish times, simulated ITL quantiles (ms), measured/predicted")
     for run in group_runs(rows).values():

@@ -33,7 +33,7 @@ import numpy as np
 
 from inferplan.engine import sglang
 from inferplan.engine.frontend import FrontEnd
-from inferplan.plan import published_runs
+from inferplan.plan import published_runs, published_workload
 from inferplan.plan.eos_stops import random_outputs
 from inferplan.plan.published import PublishedRow, bundled_published, skip_reason
 from inferplan.plan.published_runs import RowResult, validate_rows
@@ -44,7 +44,7 @@ METRICS += ("itl_mean", "itl_median", "itl_p99")
 
 
 def _patch(args: argparse.Namespace) -> None:
-    bundled = published_runs._lengths
+    bundled = published_workload._lengths
 
     def lengths(row: PublishedRow, num: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         if args.sharegpt_lengths and row.dataset == "sharegpt":
@@ -55,7 +55,7 @@ def _patch(args: argparse.Namespace) -> None:
             outputs = random_outputs(row, num)
         return inputs, outputs
 
-    published_runs._lengths = lengths
+    published_workload._lengths = lengths
     if args.sharegpt_intake_ms is not None:
         frontend, intake_s = published_runs.row_frontend, args.sharegpt_intake_ms / 1e3
 

@@ -30,7 +30,7 @@ import argparse
 import sys
 
 from inferplan.errors import InferplanError
-from inferplan.plan import published_runs
+from inferplan.plan import published_runs, published_workload
 from inferplan.plan.published import PublishedRow, bundled_published, read_published, skip_reason
 
 FIRST_RATIO = 0.7  # SGLang's initial new-token ratio (SGLANG_INIT_NEW_TOKEN_RATIO)
@@ -52,7 +52,7 @@ def sharegpt_runs(rows: list[PublishedRow], engine: str | None) -> list[list[Pub
 def pool_share(first: PublishedRow) -> float:
     """The planned KV pool over the tokens the burst reserves at SGLang's first ratio."""
     plan = published_runs.memory_plan(published_runs.run_setup(first))
-    num = first.num_requests or published_runs.UNSTATED_REQUESTS
+    num = published_workload.requests_of(first)
     need = num * ((first.input_len_mean or 0.0) + FIRST_RATIO * (first.output_len_mean or 0.0))
     return plan.kv_capacity_tokens / need if need > 0 else float("inf")
 
@@ -72,7 +72,7 @@ def line(run: list[PublishedRow]) -> str:
             f"no measured {', '.join(missing)} (the line reads {', '.join(NEEDED)})"
         )
     predicted = published_runs.predict_run(run, None, False)
-    num = first.num_requests or published_runs.UNSTATED_REQUESTS
+    num = published_workload.requests_of(first)
     cells = []
     for metric in ("ttft_median", "ttft_p99"):
         m, p = measured[metric] / 1e3, (predicted[metric] or 0.0) / 1e3

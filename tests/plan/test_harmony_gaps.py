@@ -1,6 +1,6 @@
 """vLLM's harmony stream (gpt-oss) merges a request's first token gaps into one ITL sample
 (plan/chat_stream.py ``with_merged_gaps``), and every engine's ShareGPT runs are drawn at the
-means they published (plan/sharegpt.py, plan/published_runs.py ``run_workload``)."""
+means they published (plan/sharegpt.py, plan/published_workload.py ``run_workload``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from inferplan.metrics.histogram import ItlHistogram
 from inferplan.metrics.records import RequestRecords, RequestStatus
 from inferplan.plan.chat_stream import HARMONY_MERGED_GAPS, merged_gaps, with_merged_gaps
 from inferplan.plan.published import bundled_published
-from inferplan.plan.published_runs import _per_sample_shift, run_workload
+from inferplan.plan.published_runs import _per_sample_shift
+from inferplan.plan.published_workload import run_workload
 
 
 def _records(outputs: list[int]) -> RequestRecords:

@@ -1,5 +1,5 @@
 """ShareGPT's lengths as ``vllm bench serve`` samples them (plan/sharegpt.py), and every
-published ShareGPT run drawn from them (plan/published_runs.py ``run_workload``)."""
+published ShareGPT run drawn from them (plan/published_workload.py ``run_workload``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from inferplan.errors import InferplanError
 from inferplan.plan.published import bundled_published
-from inferplan.plan.published_runs import group_runs, run_workload
+from inferplan.plan.published_runs import group_runs
+from inferplan.plan.published_workload import run_workload
 from inferplan.plan.sharegpt import bundled_pairs, scaled_to_total, sharegpt_lengths
 
 

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from inferplan.plan import published_runs
+from inferplan.plan import published_workload
 from inferplan.plan.published import PublishedRow, bundled_published
-from inferplan.plan.published_runs import predict_run, requests_of, stated_requests
+from inferplan.plan.published_runs import predict_run
+from inferplan.plan.published_workload import requests_of, stated_requests
 
 
 def _bench_rows() -> list[PublishedRow]:
@@ -57,10 +58,10 @@ def test_unstated_pairs_take_their_neighbours_count() -> None:
 def test_the_flag_picks_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
     row = _unstated("trt11-qwen3-235b-a22b-h100", 1000, 1000)
     stated = next(r for r in _bench_rows() if r.num_requests)
-    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
-    assert requests_of(row) == published_runs.UNSTATED_REQUESTS == 1000
+    monkeypatch.setattr(published_workload, "NEAREST_STATED_REQUESTS", False)
+    assert requests_of(row) == published_workload.UNSTATED_REQUESTS == 1000
     assert requests_of(stated) == stated.num_requests
-    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", True)
+    monkeypatch.setattr(published_workload, "NEAREST_STATED_REQUESTS", True)
     assert requests_of(row) == 3000
     assert requests_of(stated) == stated.num_requests
     # a row outside the perf overviews keeps the stand-in
@@ -72,13 +73,13 @@ def test_the_prediction_runs_the_stated_count(monkeypatch: pytest.MonkeyPatch) -
     is the one of the same row with 3,000 stated, and it differs from 1,000's (the ramp and
     drain weigh less)."""
     row = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)
-    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", True)
+    monkeypatch.setattr(published_workload, "NEAREST_STATED_REQUESTS", True)
     on = predict_run([row], None, False)[row.metric]
     as_3000 = predict_run([replace(row, num_requests=3000)], None, False)[row.metric]
     as_1000 = predict_run([replace(row, num_requests=1000)], None, False)[row.metric]
     assert on == as_3000
     assert on is not None and as_1000 is not None and abs(on / as_1000 - 1) > 1e-3
-    monkeypatch.setattr(published_runs, "NEAREST_STATED_REQUESTS", False)
+    monkeypatch.setattr(published_workload, "NEAREST_STATED_REQUESTS", False)
     assert predict_run([row], None, False)[row.metric] == as_1000
 
 
@@ -92,7 +93,7 @@ def test_a_served_run_of_a_bench_release_keeps_the_stand_in() -> None:
     )
     assert stated_requests(replace(served, settings=bench.settings)) == 3000
     assert stated_requests(served) is None
-    assert requests_of(served) == published_runs.UNSTATED_REQUESTS
+    assert requests_of(served) == published_workload.UNSTATED_REQUESTS
 
 
 def test_ties_go_to_the_nearest_release_then_the_larger_count(
@@ -105,8 +106,8 @@ def test_ties_go_to_the_nearest_release_then_the_larger_count(
     larger count."""
     row = _unstated("trt11-llama-3.3-70b-instruct-h100", 1000, 1000)  # the main revision: 3
     table = ((1000, 1000, 0, 111), (1000, 1000, 4, 222), (1024, 1024, 3, 999))
-    monkeypatch.setattr(published_runs, "_stated_counts", lambda: table)
+    monkeypatch.setattr(published_workload, "_stated_counts", lambda: table)
     assert stated_requests(row) == 222
     table = ((1000, 1000, 2, 111), (1000, 1000, 4, 333), (1000, 1000, 4, 222))
-    monkeypatch.setattr(published_runs, "_stated_counts", lambda: table)
+    monkeypatch.setattr(published_workload, "_stated_counts", lambda: table)
     assert stated_requests(row) == 333

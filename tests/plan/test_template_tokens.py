@@ -1,5 +1,5 @@
 """The prompt tokens vLLM's chat endpoint adds that ``vllm bench serve``'s client does not count
-(plan/published_runs.py ``CHAT_TEMPLATE_TOKENS``, ``TEMPLATE_TOKENS_ON``; docs/validation.md
+(plan/published_workload.py ``CHAT_TEMPLATE_TOKENS``, ``TEMPLATE_TOKENS_ON``; docs/validation.md
 ``vllm20``): the engine prefills them, the published ``total_token_throughput`` leaves them out."""
 
 from __future__ import annotations
@@ -9,14 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from inferplan.plan import published_runs
+from inferplan.plan import published_workload
 from inferplan.plan.published import PublishedRow, bundled_published
-from inferplan.plan.published_runs import (
-    metric_values,
-    run_workload,
-    template_split,
-    template_tokens,
-)
+from inferplan.plan.published_runs import metric_values
+from inferplan.plan.published_workload import run_workload, template_split, template_tokens
 
 
 def _run(case: str, input_len: int, dataset: str = "random") -> list[PublishedRow]:
@@ -48,7 +44,7 @@ def test_tokens_per_template_by_hand() -> None:
     assert template_tokens(completions, on=True) == 0
     assert template_tokens(replace(qwen, engine="sglang"), on=True) == 0
     # left off: nothing added, so validate is unchanged
-    assert not published_runs.TEMPLATE_TOKENS_ON
+    assert not published_workload.TEMPLATE_TOKENS_ON
     assert template_tokens(qwen) == 0
 
 
@@ -58,7 +54,7 @@ def test_engine_prefills_them_and_the_client_does_not_count_them(
     rows = _run(QWEN, 128)
     mean_in = round(rows[0].input_len_mean or 0)  # 127.698 published: 128 a request
     off = run_workload(rows[0], quick=True)
-    monkeypatch.setattr(published_runs, "TEMPLATE_TOKENS_ON", True)
+    monkeypatch.setattr(published_workload, "TEMPLATE_TOKENS_ON", True)
     on = run_workload(rows[0], quick=True)
     assert np.all(off.input_tokens == mean_in)
     assert np.all(on.input_tokens == mean_in + 8)  # the engine's prompt
@@ -73,7 +69,7 @@ def test_engine_prefills_them_and_the_client_does_not_count_them(
     # the client's total: 1,000 - 8 tokens x 2 req/s = 984 (a mis-signed rule gives 1,016)
     assert values["total_token_throughput"] == pytest.approx(984.0)
     assert values["request_throughput"] == pytest.approx(2.0)
-    monkeypatch.setattr(published_runs, "TEMPLATE_TOKENS_ON", False)
+    monkeypatch.setattr(published_workload, "TEMPLATE_TOKENS_ON", False)
     assert metric_values(rows, summary)["total_token_throughput"] == pytest.approx(1000.0)
 
 
@@ -81,7 +77,7 @@ def test_the_harmony_system_message_is_a_shared_cached_prefix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rows = _run(GPT_OSS, 128)
-    monkeypatch.setattr(published_runs, "TEMPLATE_TOKENS_ON", True)
+    monkeypatch.setattr(published_workload, "TEMPLATE_TOKENS_ON", True)
     workload = run_workload(rows[0], quick=True)
     # 128 (127.755 published) + 63 + 3 = 194 tokens: 12 full blocks, the first 63 tokens' 3
     # full blocks the same in every request (vLLM's prefix cache holds them), the rest its own
@@ -101,7 +97,7 @@ def test_max_tokens_cut_to_what_the_stated_context_leaves(monkeypatch: pytest.Mo
     mean_out = round(row.output_len_mean or 0)
     stated = 63 + mean_in + 3 + mean_out - 2  # two tokens short of the whole request (4 out)
     tight = replace(row, settings={**row.settings, "max_model_len": str(stated)})
-    monkeypatch.setattr(published_runs, "TEMPLATE_TOKENS_ON", True)
+    monkeypatch.setattr(published_workload, "TEMPLATE_TOKENS_ON", True)
     workload = run_workload(tight, quick=True)
     assert np.all(workload.output_tokens == mean_out - 2)
     assert np.all(workload.input_tokens + workload.output_tokens == stated)
