@@ -225,8 +225,12 @@ class _Cycles:
         return np.add.accumulate(self.by_offset_array[minus_t % self.block])  # ``np.cumsum``
 
     def all_durations(self) -> np.ndarray:
-        """Every step's seconds, in order."""
-        return np.concatenate(self.durations) if self.durations else np.empty(0)
+        """Every step's seconds, in order (a pass written once: its one array, not copied;
+        nothing writes into it after ``_write``)."""
+        durations = self.durations
+        if len(durations) == 1:
+            return durations[0]
+        return np.concatenate(durations) if durations else np.empty(0)
 
     def commit(self) -> None:
         """Write the cycles into the replica: decoders' columns, the pool, the head's counts."""
