@@ -61,7 +61,8 @@ def chunk_step(r: Replica) -> bool:
         return False  # the running pass preempts: the general path
     pool.free_blocks -= crossing + grown  # nothing to evict (no prefix cache)
     flat[_HELD * capacity + last] = held + grown
-    decode_context = rows.computed_sum + last * (lag + 1)
+    # No decoders: no scalars to read (``computed_sum`` is stale where ``known_rows`` is 0).
+    decode_context = rows.computed_sum + last * (lag + 1) if last else 0
     chunks = [chunk]
     appended: list[tuple[int, ...]] = []  # the admitted rows' columns as ``append`` stores them
     if budget - last - chunk > 0 or type(r.waiting) is not WaitingQueue:
