@@ -330,6 +330,8 @@ class _Chain:
         assert own is not None
         rid = r.waiting.peek()[0]
         run_entries, known = own.head_run(rid)
+        if not run_entries:  # ``steps_before_head_joins``' ``not run0`` exit, before the
+            return k  # rows' array is built: the head's hit cannot shrink
         free = self.usable - self.blocks.held(j - 1)
         return steps_before_head_joins(
             r,
