@@ -52,7 +52,7 @@ def test_own_steps_exit_only_without_a_run(monkeypatch: pytest.MonkeyPatch) -> N
         return got
 
     monkeypatch.setattr(chain_module._Chain, "_own_steps", checked)
-    # 60 spare blocks: a case whose head's run cuts a stretch short (of 40-odd tried, the one;
+    # 60 spare blocks: a case whose head's run cuts a stretch short (the one of 36 tried;
     # 20 spare blocks, ``test_own_chain``'s case, has none).
     _own_run(replace(TAIL, max_num_batched_tokens=96, spare_blocks=60))
     # Both paths ran: heads without a run (the exit) and heads whose run cut the stretch.
