@@ -147,7 +147,7 @@ class _Chain:
             offsets = np.bincount(self.computed % block, minlength=block).tolist()
         self.usable = r.pool.free + self.held_start  # U: the rows' blocks and the free pool
         self.outside = r.cfg.num_blocks - self.usable  # blocks no running row nor free holds
-        # The fewest left among the first ``p`` rows, per ``p`` (``_fewest_left``; the
+        # The fewest left (as stored) among the first ``p`` rows, per ``p`` (``_fewest_left``; the
         # one-frame loop keeps the current ``p``'s alone: ``engine/chainlinks.py``).
         self.left_prefix: list[int] | None = None
         self.blocks = TailBlocks.from_offsets(offsets, self.computed_sum, block, self.usable)
@@ -276,10 +276,9 @@ class _Chain:
 
     def _fewest_left(self, p: int) -> int:
         """Fewest output tokens left among the first ``p`` rows at the chain's start."""
-        if self.left_prefix is None:
-            lag = self.left_lag
-            self.left_prefix = [v - lag for v in accumulate(self.left_stored, min)]
-        return self.left_prefix[p - 1]
+        if self.left_prefix is None:  # as stored (the lag comes off per read: no loop)
+            self.left_prefix = list(accumulate(self.left_stored, min))
+        return self.left_prefix[p - 1] - self.left_lag
 
     def _head_can_join(self) -> bool:
         """``DecodeStretches.can_stretch`` negated, with the blocks left after the next step
@@ -330,6 +329,8 @@ class _Chain:
         assert own is not None
         rid = r.waiting.peek()[0]
         run_entries, known = own.head_run(rid)
+        if not run_entries:  # ``steps_before_head_joins``' ``not run0`` exit, before the
+            return k  # rows' array is built: the head's hit cannot shrink
         free = self.usable - self.blocks.held(j - 1)
         return steps_before_head_joins(
             r,
