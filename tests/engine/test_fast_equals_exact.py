@@ -456,7 +456,8 @@ def test_chunk_step_without_decoders_times_the_last_prompt_token_alone() -> None
     admitted behind it. ``chunk_step`` has no decoders there, and its decode context must be
     that token's alone: it added ``ImplicitRows.computed_sum``, stale from rows that left
     (``known_rows`` 0), and timed the step 5.7 us long (relative 1.2e-6 in finish times)."""
-    case = Case(
+    case = replace(
+        BASE,
         num_requests=15,
         max_input=127,
         max_output=200,
@@ -467,13 +468,8 @@ def test_chunk_step_without_decoders_times_the_last_prompt_token_alone() -> None
         spare_blocks=15,
         max_num_seqs=3,
         max_num_batched_tokens=16,
-        preemption_mode="recompute",
-        scheduler="continuous",
-        data_parallel_size=1,
-        router="round_robin",
         scheduling_policy="priority",
         max_concurrency=4,
-        reject_some=False,
     )
     fast = _check_case(case)
     assert fast.records.num_preemptions.sum() > 0
