@@ -10,6 +10,10 @@ itself (it is the last admitted) and put it back at the queue's head; the decodi
 gain one token per step. The cycle repeats until a decoder finishes, the decoders' growth
 leaves room for fewer chunks, or a request arrives: thousands of steps per finish when a
 long-output workload runs above capacity (``long10x`` in ``benchmarks/bench_regimes.py``).
+Where the loop's ``intake`` is given (fast mode, one replica, no client limit:
+``simulator.PASS_PAST_ARRIVALS``), an arrival does not end the pass: it is routed at the cycle
+boundary or between the steps of the cycle it cuts, and the pass goes on
+(``thrashrun._past_arrival``).
 
 ``doomed_cycles`` runs whole cycles as scalar arithmetic instead of scheduler passes: every
 chunk that runs is ``budget - n`` tokens (a chunk that would complete the head never runs in a
